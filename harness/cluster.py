@@ -1,0 +1,152 @@
+"""Ray: join or start a cluster, and place one actor per card plus the CPU reference.
+
+Placement is one placement group: a card bundle per card and one CPU bundle for the reference.
+If the cluster cannot hold it the sweep fails within PLACEMENT_TIMEOUT_S with what the cluster
+has, instead of waiting forever for resources that will not come.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from harness.config import SweepConfig
+from harness.devices import RAY_RESOURCE, Kind
+from harness.errors import UsageError
+from harness.faults import Fault, env_vars
+from harness.policies.base import PolicyNet
+
+PLACEMENT_TIMEOUT_S = 30.0
+DEFAULT_SIMULATED_CARDS = 2
+# Restarted card processes get their unit retried; a card that dies more often is recorded dead.
+CARD_MAX_RESTARTS = 2
+# Every worker must import torch with device autoload off (see harness/devices.py).
+BASE_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+
+
+@dataclass
+class Placement:
+    group: PlacementGroup
+    cards: list[ray.actor.ActorHandle]
+    reference: ray.actor.ActorHandle
+    resource: str
+
+
+def connect(address: str | None, kind: Kind, cards: int | None) -> str:
+    """Join `address` (or RAY_ADDRESS); else start a private local Ray, declaring `cards`
+    simulated cards when `kind` is cpu. Returns the address used."""
+    address = address or os.environ.get("RAY_ADDRESS")
+    quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    if kind == "cpu":
+        # Ray asks AscendCL for the card model of a node that declares NPUs; simulated cards
+        # have none, and the traceback it logs for that says nothing about the sweep.
+        logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
+    if address:
+        probe_address(address)
+        try:
+            ray.init(address=address, **quiet)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise UsageError(f"cannot join the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+        return address
+    # "local" always starts a new cluster: a ray_current_cluster file left by a killed head
+    # would otherwise make ray.init() join a cluster that is gone.
+    resources = {"NPU": float(cards or DEFAULT_SIMULATED_CARDS)} if kind == "cpu" else None
+    ray.init(address="local", resources=resources, include_dashboard=False, **quiet)
+    return "local"
+
+
+def probe_address(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds when nothing listens at a host:port address. Ray itself retries a dead
+    GCS for a minute or more before it gives up."""
+    host_port = address.removeprefix("ray://")
+    if address == "auto" or ":" not in host_port:
+        return
+    host, _, port = host_port.rpartition(":")
+    if not port.isdigit():
+        raise UsageError(f"--address {address!r}: expected host:port, e.g. 127.0.0.1:6379")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return
+    except OSError as exc:
+        raise UsageError(f"cannot join the Ray cluster at {address}: nothing answers there ({exc.strerror or exc})") from None
+
+
+def card_count(kind: Kind, cards: int | None) -> int:
+    """`cards` if the cluster has that many, else all it has; too few is a UsageError."""
+    resource = RAY_RESOURCE[kind]
+    have = int(ray.cluster_resources().get(resource, 0))
+    wanted = cards or have
+    if wanted == 0 or have < wanted:
+        raise UsageError(f"the sweep needs {wanted or 1} {resource} card(s) but the cluster has {have}; {describe_cluster()}")
+    return wanted
+
+
+def describe_cluster() -> str:
+    total = {k: v for k, v in sorted(ray.cluster_resources().items()) if not k.startswith(("node:", "memory", "object_store"))}
+    nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
+    return f"cluster resources: {total} on {nodes} node(s)"
+
+
+def place(
+    config: SweepConfig,
+    kind: Kind,
+    n_cards: int,
+    policies: dict[str, PolicyNet],
+    faults: list[Fault],
+    crash_dir: Path,
+) -> Placement:
+    from actors.policy_actor import PolicyActor
+    from actors.reference_actor import ReferenceActor
+
+    resource = RAY_RESOURCE[kind]
+    group = placement_group([{resource: 1.0} for _ in range(n_cards)] + [{"CPU": 1.0}], strategy=config.placement)
+    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
+    if not ready:
+        remove_placement_group(group)
+        raise UsageError(
+            f"could not place {n_cards} {resource} card(s) and 1 CPU ({config.placement}) within {PLACEMENT_TIMEOUT_S:.0f} s; {describe_cluster()}"
+        )
+    names = list(policies)
+    cards = []
+    for position in range(n_cards):
+        mine = [f for f in faults if f.card == position]
+        card_resources = {"num_gpus": 1} if kind == "cuda" else {"resources": {resource: 1}}
+        actor = ray.remote(PolicyActor).options(
+            num_cpus=0,
+            **card_resources,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=position),
+            max_restarts=CARD_MAX_RESTARTS,
+            max_task_retries=CARD_MAX_RESTARTS,
+            runtime_env={"env_vars": BASE_ENV | env_vars(mine)},
+        )
+        cards.append(actor.remote(kind, position, names, config.threads, mine, str(crash_dir / f"card{position}.crashed")))
+    reference = ray.remote(ReferenceActor).options(
+        num_cpus=1,
+        scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
+        runtime_env={"env_vars": dict(BASE_ENV)},
+    ).remote(names, config.threads)
+    return Placement(group, cards, reference, resource)
+
+
+def describe_actors(placement: Placement, policies: dict[str, PolicyNet]) -> tuple[list[dict[str, object]], dict[str, object]]:
+    """Wait for every actor to start; an actor that cannot open its card or loaded other bytes
+    than the driver is a UsageError."""
+    try:
+        cards = ray.get([c.describe.remote() for c in placement.cards])
+        reference = ray.get(placement.reference.describe.remote())
+    except ray.exceptions.RayActorError as exc:
+        cause = getattr(exc, "cause", None) or exc
+        message = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
+        raise UsageError(f"a card actor failed to start: {message}") from None
+    expected = {name: p.info.sha256 for name, p in policies.items()}
+    for actor in [*cards, reference]:
+        if actor["policies"] != expected:
+            raise UsageError(f"{actor['label']} on {actor['node']} loaded other policy bytes than the driver: {actor['policies']} vs {expected}")
+    return cards, reference

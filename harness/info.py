@@ -1,0 +1,57 @@
+"""`harness info`: versions, the accelerators this machine has, and Ray's resources if asked."""
+
+from __future__ import annotations
+
+import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
+
+import json
+import platform
+from importlib import metadata
+
+from harness import __version__
+from harness.devices import describe_local
+
+PACKAGES = ("torch", "torch-npu", "ray", "numpy", "gymnasium", "seals", "onnx", "onnxruntime", "pyarrow", "duckdb", "stable-baselines3")
+
+
+def collect(address: str | None) -> dict[str, object]:
+    versions = {"harness": __version__, "python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    info: dict[str, object] = {"versions": versions, "host": platform.node(), "devices": describe_local()}
+    if address:
+        info["ray"] = _ray_resources(address)
+    return info
+
+
+def _ray_resources(address: str) -> dict[str, object]:
+    import ray
+
+    from harness.cluster import connect
+
+    connect(address, "cpu", None)
+    try:
+        return {"resources": ray.cluster_resources(), "nodes": sum(1 for n in ray.nodes() if n.get("Alive"))}
+    finally:
+        ray.shutdown()
+
+
+def print_info(as_json: bool, address: str | None) -> None:
+    info = collect(address)
+    if as_json:
+        print(json.dumps(info, indent=2, default=str))
+        return
+    print(f"harness {__version__} on {info['host']}")
+    for name, version in info["versions"].items():  # type: ignore[union-attr]
+        print(f"  {name:<18} {version or '-'}")
+    devices = info["devices"]
+    for kind in ("npu", "cuda"):
+        d = devices[kind]  # type: ignore[index]
+        print(f"  {kind:<18} {'available' if d['available'] else 'no: ' + d['reason']}")
+    print(f"  {'cpu':<18} {devices['cpu']['model']} ({devices['cpu']['cores']} cores)")  # type: ignore[index]
+    print(f"  {'auto picks':<18} {devices['auto']}")  # type: ignore[index]
+    if "ray" in info:
+        print(f"  {'ray cluster':<18} {info['ray']}")

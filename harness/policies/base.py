@@ -1,0 +1,154 @@
+"""The one torch module every loader produces, and the dtype rule applied to it.
+
+A policy is: optional ML-Agents normalizer (float32) -> MLP body -> linear head. The head output
+is `logits` for discrete actions and `mu` for continuous ones. Loaders only fill in weights;
+how a forward runs in float16 or bfloat16 is decided here, once, for every format.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+ActionKind = Literal["discrete", "continuous"]
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+# ML-Agents clamps normalized observations to this range (ml-agents/trainers/torch/networks.py).
+NORMALIZER_CLAMP = 5.0
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    """What a policy is and where its bytes came from; recorded with every result."""
+
+    name: str  # what the user asked for: a registry name or a path
+    source: str  # "sb3-zip", "mlagents-onnx", "mlagents-pt", "synthetic"
+    action_kind: ActionKind
+    obs_sizes: tuple[int, ...]  # one entry per observation input (ML-Agents obs_0..obs_k)
+    action_size: int  # number of discrete actions, or continuous action dimensions
+    sha256: str  # of the file; of the generating recipe for synthetic policies
+    synthetic: bool = False
+    env_id: str | None = None  # environment for closed-loop episodes, when the policy has one
+    obs_low: tuple[float, ...] | None = None  # bounds of the concatenated observation (inf allowed)
+    obs_high: tuple[float, ...] | None = None
+    onnx_path: str | None = None  # onnxruntime reference, when the policy came as ONNX
+    detail: str = ""  # e.g. "SB3 1.0rc0, Tanh, pi [64, 64]"
+
+    @property
+    def obs_size(self) -> int:
+        return sum(self.obs_sizes)
+
+
+class Normalizer(nn.Module):
+    """ML-Agents running normalizer: clamp((x - mean) / sqrt(variance_sum / steps), -5, 5).
+
+    `running_variance` is an accumulated sum, not a variance; guessing sqrt(var + eps) gives
+    errors in the hundreds. The buffers stay float32 whatever the policy dtype: in float16 the
+    sums (about 1e5) and the step count (about 2e6) overflow to inf and inf / inf is NaN.
+    """
+
+    def __init__(self, mean: torch.Tensor, variance_sum: torch.Tensor, steps: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("running_mean", mean.detach().clone().float())
+        self.register_buffer("running_variance", variance_sum.detach().clone().float())
+        self.register_buffer("normalization_steps", steps.detach().clone().float().reshape(()))
+
+    def std(self) -> torch.Tensor:
+        return torch.sqrt(self.running_variance / self.normalization_steps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp((x - self.running_mean) / self.std(), -NORMALIZER_CLAMP, NORMALIZER_CLAMP)
+
+
+class PolicyNet(nn.Module):
+    """float32 observations in (one tensor per input), float32 logits or mu out.
+
+    Named children (`normalizer`, `body.0`, `body.1`, ..., `head`) are what a layer-by-layer
+    divergence search hooks into, so they are part of the contract.
+    """
+
+    def __init__(
+        self,
+        info: PolicyInfo,
+        body: nn.Sequential,
+        head: nn.Linear,
+        normalizer: Normalizer | None = None,
+        log_sigma: torch.Tensor | None = None,
+        action_clip: float | None = None,
+    ) -> None:
+        super().__init__()
+        self.info = info
+        self.normalizer = normalizer
+        self.body = body
+        self.head = head
+        if log_sigma is not None:
+            self.register_buffer("log_sigma", log_sigma.detach().clone().float())
+        else:
+            self.log_sigma = None
+        # ML-Agents: action = clip(mu, -3, 3) / 3. None: the action is mu itself (SB3 Box).
+        self.action_clip = action_clip
+        # Inference only: no autograd graph behind the outputs, whoever calls forward.
+        self.requires_grad_(False)
+        self.eval()
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return self.head.weight.dtype
+
+    def forward(self, *obs: torch.Tensor) -> torch.Tensor:
+        if len(obs) != len(self.info.obs_sizes):
+            raise ValueError(f"{self.info.name} takes {len(self.info.obs_sizes)} observation inputs, got {len(obs)}")
+        x = (torch.cat(obs, dim=-1) if len(obs) > 1 else obs[0]).float()
+        if self.normalizer is not None:
+            x = self.normalizer(x)
+        x = self.body(x.to(self.compute_dtype))
+        return self.head(x).float()
+
+    def deterministic_action(self, head_out: torch.Tensor) -> torch.Tensor:
+        if self.info.action_kind == "discrete":
+            return torch.argmax(head_out, dim=-1)
+        return self._squash(head_out)
+
+    def stochastic_action(self, head_out: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        """Sample with noise the caller made on the CPU, so every card draws the same sample.
+
+        Discrete: Gumbel-max, argmax(logits + g) with g ~ Gumbel(0, 1), which samples the
+        categorical distribution exactly. Continuous: mu + z * exp(log_sigma), z ~ N(0, I).
+        """
+        if self.info.action_kind == "discrete":
+            return torch.argmax(head_out + noise, dim=-1)
+        sigma = torch.exp(self.log_sigma) if self.log_sigma is not None else torch.ones_like(head_out)
+        return self._squash(head_out + noise * sigma)
+
+    def _squash(self, x: torch.Tensor) -> torch.Tensor:
+        if self.action_clip is None:
+            return x
+        return torch.clamp(x, -self.action_clip, self.action_clip) / self.action_clip
+
+
+def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
+    """A copy where only Linear weights and biases take `dtype`; everything else stays float32."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    cast = copy.deepcopy(policy)
+    for module in cast.modules():
+        if isinstance(module, nn.Linear):
+            module.to(DTYPES[dtype])
+    return cast
+
+
+def mlp(sizes: list[int], activation: type[nn.Module]) -> nn.Sequential:
+    """Linear, activation, Linear, activation, ... for consecutive `sizes` (the body, no head)."""
+    layers: list[nn.Module] = []
+    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(n_in, n_out), activation()]
+    return nn.Sequential(*layers)

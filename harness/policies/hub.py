@@ -1,0 +1,58 @@
+"""`hf://owner/name[/file]`: a policy file from the local Hugging Face cache, never the network.
+
+A validation run must be reproducible on machines without internet (cluster nodes often are),
+so the download is an explicit step the user runs first; here we only look in the cache and,
+when the files are not there, say exactly which command puts them there.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.policies import SUFFIXES
+
+SCHEME = "hf://"
+HF_CLI_SINCE = (0, 34)  # huggingface_hub 0.34 introduced `hf`, replacing `huggingface-cli`
+
+
+def resolve_hf(uri: str) -> Path:
+    """The cached file for `hf://owner/name` (its single policy file) or `hf://owner/name/file`."""
+    repo_id, filename = _parse(uri)
+    try:
+        import huggingface_hub
+        from huggingface_hub.utils import HFValidationError, LocalEntryNotFoundError
+    except ImportError:
+        raise UsageError(f"{uri}: hf:// policies need huggingface_hub: pip install 'harness[hub]'") from None
+    try:
+        if filename:
+            return Path(huggingface_hub.hf_hub_download(repo_id, filename, local_files_only=True))
+        snapshot = Path(huggingface_hub.snapshot_download(repo_id, local_files_only=True))
+    except HFValidationError as error:
+        raise UsageError(f"{uri}: {error}") from None
+    except LocalEntryNotFoundError:
+        command = " ".join([_download_command(huggingface_hub.__version__), repo_id, *filter(None, [filename])])
+        raise UsageError(f"{uri} is not in the local Hugging Face cache; download it first with: {command}") from None
+    return _single_policy_file(uri, snapshot)
+
+
+def _parse(uri: str) -> tuple[str, str | None]:
+    parts = uri.removeprefix(SCHEME).split("/", 2)
+    if len(parts) < 2 or not all(parts):
+        raise UsageError(f"{uri}: expected hf://owner/name or hf://owner/name/file.onnx")
+    return f"{parts[0]}/{parts[1]}", parts[2] if len(parts) == 3 else None
+
+
+def _download_command(version: str) -> str:
+    major_minor = tuple(int(part) for part in version.split(".")[:2])
+    return "hf download" if major_minor >= HF_CLI_SINCE else "huggingface-cli download"
+
+
+def _single_policy_file(uri: str, snapshot: Path) -> Path:
+    files = sorted(p for p in snapshot.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+    if len(files) == 1:
+        return files[0]
+    names = [str(p.relative_to(snapshot)) for p in files]
+    if not names:
+        raise UsageError(f"{uri}: the cached snapshot has no {', '.join(SUFFIXES)} file")
+    raise UsageError(f"{uri}: several policy files ({', '.join(names)}); name one, e.g. {uri}/{names[0]}")

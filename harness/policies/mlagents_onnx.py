@@ -1,0 +1,247 @@
+"""ML-Agents ONNX exports (model version 2 or 3), rebuilt as a torch module from the initializers.
+
+The graph is read by walking it from the inputs, the way ML-Agents' exporter lays it out:
+
+    obs_i -> Sub(running_mean) -> Div(std) -> Clip(-5, 5)      one chain per input (or none)
+          -> Concat -> [Gemm -> Sigmoid -> Mul] x n -> Gemm (mu)
+    deterministic_continuous_actions = Clip(mu, -3, 3) / 3
+
+Anything else is refused with one line naming the file and what was found instead: a partial
+match rebuilt into a wrong module would make every later comparison meaningless. The file
+itself stays the onnxruntime reference (`PolicyInfo.onnx_path`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+from harness.errors import PolicyLoadError
+from harness.policies.base import NORMALIZER_CLAMP, Normalizer, PolicyNet
+from harness.policies.mlagents_pt import ACTION_CLIP, LayoutError, MLAgentsWeights
+
+VERSIONS = (2, 3)  # ModelApiVersion.MLAgents1_0 and MLAgents2_0
+DETERMINISTIC = "deterministic_continuous_actions"
+
+
+def load_mlagents_onnx(path: Path) -> PolicyNet:
+    try:
+        model = onnx.load(path)  # reads external weight files beside it, if the model has any
+    except Exception as error:  # protobuf raises its own DecodeError, among others
+        raise PolicyLoadError(path, f"not an ONNX model ({type(error).__name__})") from None
+    try:
+        graph = _Graph(model.graph)
+    except ValueError as error:  # numpy_helper on a tensor whose data does not fill its shape
+        raise PolicyLoadError(path, f"malformed ONNX tensor ({error})") from None
+    try:
+        version, weights = _read(graph)
+    except LayoutError as error:
+        raise PolicyLoadError(path, f"not an ML-Agents continuous-action export: {error}") from None
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
+    producer = "harness" if model.producer_name == "harness" else "ML-Agents"
+    detail = f"{producer} export v{version}, opset {opset}, {weights.describe()}"
+    # A harness export of a synthetic policy keeps its label (and its detail up front).
+    props = {prop.key: prop.value for prop in model.metadata_props}
+    synthetic = props.get("harness.synthetic") == "true"
+    if synthetic:
+        detail = f"{props.get('harness.detail', 'SYNTHETIC weights')}; {detail}"
+    return weights.to_policy(
+        name=str(path),
+        source="mlagents-onnx",
+        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        detail=detail,
+        synthetic=synthetic,
+        onnx_path=str(path),
+    )
+
+
+class _Graph:
+    """Name lookups over one ONNX graph: constants, producers and consumers of each value."""
+
+    def __init__(self, graph: onnx.GraphProto) -> None:
+        self.inputs = [value for value in graph.input if value.name not in {t.name for t in graph.initializer}]
+        self.outputs = [value.name for value in graph.output]
+        self.constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        self.producer: dict[str, onnx.NodeProto] = {}
+        self.consumers: dict[str, list[onnx.NodeProto]] = {}
+        for node in graph.node:
+            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
+                self.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+            for name in node.output:
+                self.producer[name] = node
+            for name in node.input:
+                self.consumers.setdefault(name, []).append(node)
+
+    def constant(self, name: str, what: str) -> np.ndarray:
+        if name not in self.constants:
+            raise LayoutError(f"{what} {name!r} is computed, expected a constant")
+        return self.constants[name]
+
+    def only_consumer(self, name: str, op_types: tuple[str, ...]) -> onnx.NodeProto:
+        found = self.consumers.get(name, [])
+        if len(found) != 1 or found[0].op_type not in op_types:
+            ops = [node.op_type for node in found]
+            raise LayoutError(f"{name!r} feeds {ops}, expected one {' or '.join(op_types)}")
+        return found[0]
+
+    def clip_bounds(self, node: onnx.NodeProto) -> tuple[float, float]:
+        """Clip keeps its bounds in attributes before opset 11 and in inputs from then on."""
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        bounds = []
+        for position, key, unbounded in ((1, "min", -np.inf), (2, "max", np.inf)):
+            if key in attrs:
+                bounds.append(float(attrs[key]))
+            elif len(node.input) > position and node.input[position]:
+                bounds.append(float(self.constant(node.input[position], f"Clip {key}")))
+            else:
+                bounds.append(unbounded)
+        return bounds[0], bounds[1]
+
+
+def _read(graph: _Graph) -> tuple[int, MLAgentsWeights]:
+    version = _version(graph)
+    if DETERMINISTIC not in graph.outputs and "continuous_actions" not in graph.outputs:
+        raise LayoutError(f"no continuous action output (outputs: {graph.outputs}); discrete ones are not supported")
+    obs_sizes = _obs_sizes(graph)
+    x, normalizer = _encoder(graph, obs_sizes)
+    layers = []
+    while True:
+        gemm = graph.only_consumer(x, ("Gemm",))
+        weight_bias = _gemm(graph, gemm)
+        swish = _swish(graph, gemm.output[0])
+        if swish is None:
+            break
+        layers.append(weight_bias)
+        x = swish
+    mu = gemm.output[0]
+    log_sigma = _log_sigma(graph)
+    return version, MLAgentsWeights(obs_sizes, normalizer, layers, weight_bias, log_sigma, _action_clip(graph, mu))
+
+
+def _version(graph: _Graph) -> int:
+    if "version_number" not in graph.outputs:
+        raise LayoutError(f"no version_number output (outputs: {graph.outputs})")
+    name = "version_number"
+    while name not in graph.constants and name in graph.producer and graph.producer[name].op_type == "Identity":
+        name = graph.producer[name].input[0]
+    value = graph.constant(name, "version_number").reshape(-1)
+    if value.size != 1 or int(value[0]) not in VERSIONS:
+        raise LayoutError(f"model version {value.tolist()}, supported: {', '.join(map(str, VERSIONS))}")
+    return int(value[0])
+
+
+def _obs_sizes(graph: _Graph) -> tuple[int, ...]:
+    names = [value.name for value in graph.inputs]
+    if names != [f"obs_{i}" for i in range(len(names))] or not names:
+        raise LayoutError(f"inputs {names}, expected obs_0..obs_k (recurrent or masked models are not supported)")
+    sizes = []
+    for value in graph.inputs:
+        dims = value.type.tensor_type.shape.dim
+        if len(dims) != 2 or not dims[1].HasField("dim_value"):
+            shape = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]
+            raise LayoutError(f"input {value.name} has shape {shape}, expected [batch, n] with a fixed n")
+        sizes.append(dims[1].dim_value)
+    return tuple(sizes)
+
+
+def _encoder(graph: _Graph, obs_sizes: tuple[int, ...]) -> tuple[str, Normalizer | None]:
+    """Follow each input through its normalizer (if any) into the Concat; return the Concat output."""
+    outputs, stats = [], []
+    for i, size in enumerate(obs_sizes):
+        first = graph.only_consumer(f"obs_{i}", ("Sub", "Concat", "Gemm"))
+        if first.op_type == "Sub":
+            name, mean, std = _normalizer_chain(graph, first, size)
+            outputs.append(name)
+            stats.append((mean, std))
+        else:
+            outputs.append(f"obs_{i}")
+    if 0 < len(stats) < len(obs_sizes):
+        raise LayoutError("some inputs are normalized and others are not")
+    normalizer = None
+    if stats:
+        std = np.concatenate([s for _, s in stats])
+        # ML-Agents folds sqrt(variance_sum / steps) into one constant: keep it as a sum over 1 step.
+        normalizer = Normalizer(
+            torch.from_numpy(np.concatenate([m for m, _ in stats])),
+            torch.from_numpy(std) ** 2,
+            torch.ones(()),
+        )
+    if len(outputs) == 1 and graph.only_consumer(outputs[0], ("Concat", "Gemm")).op_type == "Gemm":
+        return outputs[0], normalizer
+    concat = graph.only_consumer(outputs[0], ("Concat",))
+    axis = {a.name: a.i for a in concat.attribute}.get("axis")
+    if list(concat.input) != outputs or axis not in (1, -1):
+        raise LayoutError(f"Concat takes {list(concat.input)} on axis {axis}, expected {outputs} on axis 1")
+    return concat.output[0], normalizer
+
+
+def _normalizer_chain(graph: _Graph, sub: onnx.NodeProto, size: int) -> tuple[str, np.ndarray, np.ndarray]:
+    mean = _float_vector(graph, sub.input[1], "running_mean", size)
+    div = graph.only_consumer(sub.output[0], ("Div",))
+    std = _float_vector(graph, div.input[1], "normalizer std", size)
+    clip = graph.only_consumer(div.output[0], ("Clip",))
+    if graph.clip_bounds(clip) != (-NORMALIZER_CLAMP, NORMALIZER_CLAMP):
+        raise LayoutError(f"normalizer clips to {graph.clip_bounds(clip)}, expected (-5.0, 5.0)")
+    return clip.output[0], mean, std
+
+
+def _float_vector(graph: _Graph, name: str, what: str, size: int) -> np.ndarray:
+    value = graph.constant(name, what)
+    if value.dtype.kind != "f" or value.size != size:
+        raise LayoutError(f"{what} {name!r} is {value.dtype} {list(value.shape)}, expected {size} floats")
+    return value.astype(np.float32).reshape(size)
+
+
+def _gemm(graph: _Graph, node: onnx.NodeProto) -> tuple[torch.Tensor, torch.Tensor]:
+    """(weight [out, in], bias [out]) of a Gemm computing x @ W^T + b."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("alpha", 1.0) != 1.0 or attrs.get("beta", 1.0) != 1.0 or attrs.get("transA", 0) or len(node.input) != 3:
+        raise LayoutError(f"Gemm {node.name or node.output[0]!r} is not a plain x @ W^T + b ({attrs})")
+    weight = graph.constant(node.input[1], "Gemm weight").astype(np.float32)
+    bias = graph.constant(node.input[2], "Gemm bias").astype(np.float32)
+    if weight.ndim == 2 and not attrs.get("transB", 0):
+        weight = weight.T
+    return torch.from_numpy(np.ascontiguousarray(weight)), torch.from_numpy(bias)
+
+
+def _swish(graph: _Graph, name: str) -> str | None:
+    """The output of x * sigmoid(x) on `name`, or None when `name` is not followed by a Swish."""
+    users = graph.consumers.get(name, [])
+    sigmoids = [node for node in users if node.op_type == "Sigmoid"]
+    if len(sigmoids) != 1:
+        return None
+    muls = [node for node in users if node.op_type == "Mul" and set(node.input) == {name, sigmoids[0].output[0]}]
+    if len(users) != 2 or len(muls) != 1:
+        raise LayoutError(f"{name!r} feeds {[node.op_type for node in users]}, expected Sigmoid and Mul (Swish)")
+    return muls[0].output[0]
+
+
+def _log_sigma(graph: _Graph) -> torch.Tensor | None:
+    # Found by name: ML-Agents and harness exports both name it after the torch parameter.
+    names = [name for name in graph.constants if re.search(r"(^|\.)log_sigma$", name)]
+    if len(names) > 1:
+        raise LayoutError(f"several log_sigma initializers: {names}")
+    return torch.from_numpy(graph.constants[names[0]].astype(np.float32)) if names else None
+
+
+def _action_clip(graph: _Graph, mu: str) -> float | None:
+    """The c of clip(mu, -c, c) / c from the deterministic output; None when it is mu itself."""
+    if DETERMINISTIC not in graph.outputs:
+        return ACTION_CLIP  # version 2 exports have no deterministic output; ML-Agents clips at 3
+    node = graph.producer.get(DETERMINISTIC)
+    if node is not None and node.op_type == "Identity" and node.input[0] == mu:
+        return None
+    clip = graph.producer.get(node.input[0]) if node is not None and node.op_type == "Div" else None
+    if clip is not None and clip.op_type == "Clip" and clip.input[0] == mu:
+        low, high = graph.clip_bounds(clip)
+        divisor = graph.constant(node.input[1], "action divisor").reshape(-1)
+        if low == -high and divisor.size == 1 and float(divisor[0]) == high:
+            return high
+    users = [user.op_type for user in graph.consumers.get(mu, [])]
+    raise LayoutError(f"{DETERMINISTIC} is not clip(mu, -c, c) / c of the Gemm {mu!r}, which feeds {users}")

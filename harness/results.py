@@ -1,0 +1,186 @@
+"""The writer: Parquet datasets under `<results>/<table>/run_id=<id>/`, each file made atomically.
+
+It knows rows and files, nothing about Ray or comparison. A file is written under a hidden
+temporary name, flushed to disk and renamed, so a reader (pyarrow, DuckDB) sees the whole file
+or none. While a sweep runs, each finished unit is staged under `<results>/.staging/<run_id>/`
+(hidden from readers); `--resume` reads what was staged and the end of the run turns the staged
+parts into one file per table.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import time
+import uuid
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+TABLES = ("runs", "checks", "episodes", "bench")
+STAGING = ".staging"
+
+
+@dataclass
+class CheckRow:
+    unit_id: str
+    policy: str
+    dtype: str
+    workload: str
+    output: str
+    kind: str  # cross_card, cpu_reference, onnx_reference, error
+    device_a: str
+    device_b: str
+    input_sha256: str
+    bitwise_equal: bool
+    n_elements: int
+    n_mismatch: int
+    max_ulp: int
+    max_abs: float
+    mean_abs: float
+    max_rel: float
+    cosine: float
+    atol: float | None
+    rtol: float | None
+    min_cos: float | None
+    passed: bool
+    detail: str
+
+
+@dataclass
+class EpisodeRow:
+    unit_id: str
+    policy: str
+    dtype: str
+    device: str
+    env_id: str
+    mode: str  # deterministic or stochastic
+    episode_seed: int
+    episode_return: float
+    length: int
+    actions_sha256: str
+    first_divergent_step: int | None  # vs the CPU reference; None when identical (or the reference)
+
+
+@dataclass
+class BenchRow:
+    policy: str
+    dtype: str
+    device: str
+    n_cards: int
+    batch_size: int
+    mode: str  # latency, throughput, closed_loop
+    first_call_ms: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    mean_ms: float | None
+    decisions_per_s: float | None
+    scaling_efficiency: float | None
+    timing: str  # device (inside the actor) or end_to_end (through Ray)
+    detail: str
+
+
+@dataclass
+class RunRow:
+    started_at: str
+    finished_at: str | None
+    status: str  # running, passed, failed, error
+    accelerator: str
+    n_cards: int
+    devices: str  # JSON list of device descriptors
+    harness_version: str
+    torch_version: str
+    ray_version: str
+    config_json: str
+    faults: str
+    git_revision: str
+    hostname: str
+    policies: str  # JSON: name, source, sha256, synthetic, detail
+    command: str
+    summary: str
+
+
+def _arrow_type(annotation: str) -> pa.DataType:
+    base = annotation.replace(" | None", "")
+    return {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}[base]
+
+
+def schema_of(row_type: type) -> pa.Schema:
+    return pa.schema([pa.field(f.name, _arrow_type(str(f.type))) for f in fields(row_type)])
+
+
+SCHEMAS = {"runs": schema_of(RunRow), "checks": schema_of(CheckRow), "episodes": schema_of(EpisodeRow), "bench": schema_of(BenchRow)}
+
+
+def new_run_id() -> str:
+    """Sortable by time, unique across concurrent sweeps, never mistaken for a number."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def to_table(table: str, rows: list[Any]) -> pa.Table:
+    return pa.Table.from_pylist([asdict(r) for r in rows], schema=SCHEMAS[table])
+
+
+def write_atomic(table: pa.Table, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    pq.write_table(table, tmp)
+    with open(tmp, "rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+def table_dir(results: Path, table: str, run_id: str) -> Path:
+    return results / table / f"run_id={run_id}"
+
+
+def write_rows(results: Path, table: str, run_id: str, rows: list[Any], part: str = "part-0") -> Path:
+    return write_atomic(to_table(table, rows), table_dir(results, table, run_id) / f"{part}.parquet")
+
+
+def read_run(results: Path, run_id: str) -> list[dict[str, Any]]:
+    """The `runs` row(s) of one run, as written so far."""
+    return pq.read_table(table_dir(results, "runs", run_id) / "part-0.parquet", schema=SCHEMAS["runs"]).to_pylist()
+
+
+class RunWriter:
+    """Stages each finished unit, then writes one file per table for the run."""
+
+    def __init__(self, results: Path, run_id: str) -> None:
+        self.results = results
+        self.run_id = run_id
+        self.staging = results / STAGING / run_id
+        # Exists from the start: a run killed before its first unit can still be resumed.
+        self.staging.mkdir(parents=True, exist_ok=True)
+
+    def write_run(self, row: RunRow) -> None:
+        write_rows(self.results, "runs", self.run_id, [row])
+
+    def stage_unit(self, unit_id: str, checks: list[CheckRow], episodes: list[EpisodeRow]) -> None:
+        # The marker is written last: a unit counts as done only once all its rows are on disk.
+        write_atomic(to_table("checks", checks), self.staging / f"{unit_id}.checks.parquet")
+        write_atomic(to_table("episodes", episodes), self.staging / f"{unit_id}.episodes.parquet")
+        (self.staging / f"{unit_id}.done").touch()
+
+    def done_units(self) -> set[str]:
+        if not self.staging.is_dir():
+            return set()
+        return {p.name.removesuffix(".done") for p in self.staging.glob("*.done")}
+
+    def finish(self) -> tuple[pa.Table, pa.Table]:
+        """Merge the staged units of the done set into the final files; drop the staging."""
+        done = sorted(self.done_units())
+        merged = []
+        for table in ("checks", "episodes"):
+            parts = [pq.read_table(self.staging / f"{u}.{table}.parquet", schema=SCHEMAS[table]) for u in done]
+            merged_table = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
+            write_atomic(merged_table, table_dir(self.results, table, self.run_id) / "part-0.parquet")
+            merged.append(merged_table)
+        shutil.rmtree(self.staging, ignore_errors=True)
+        return merged[0], merged[1]

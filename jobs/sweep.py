@@ -1,0 +1,37 @@
+"""Entry point for `ray job submit -- python jobs/sweep.py [sweep options]`.
+
+It parses the same options as `harness sweep` and calls the same driver. A job runs in a copy
+of the working directory, so `--results` must be an absolute path that outlives that copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+# The job's copy of the repository comes first, so the code that runs is the code submitted.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+
+from harness.cli import cmd_sweep  # noqa: E402
+from harness.config import add_sweep_arguments  # noqa: E402
+from harness.errors import UsageError  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="jobs/sweep.py", description="harness sweep, as a Ray job")
+    add_sweep_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        if not Path(getattr(args, "results", "")).is_absolute():
+            raise UsageError("--results must be an absolute path: a Ray job runs in a temporary copy of the working dir")
+        return cmd_sweep(args)
+    except UsageError as exc:
+        print(f"jobs/sweep.py: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,33 @@
+"""Running the real command line from tests, and reading the Parquet it wrote."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as ds
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def harness(*args: str, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`harness ARGS` as a user runs it, in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-m", "harness", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})},
+    )
+
+
+def read_table(results: Path, table: str) -> pa.Table:
+    return ds.dataset(results / table, format="parquet", partitioning="hive").to_table()
+
+
+def duckdb_rows(results: Path, sql_on_table: str, table: str) -> list[tuple]:
+    path = (results / table / "*" / "*.parquet").as_posix()
+    con = duckdb.connect()
+    con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{path}', hive_partitioning=true)")
+    return con.execute(sql_on_table).fetchall()

@@ -1,0 +1,118 @@
+"""The sweep on real Ray clusters: two nodes on this machine, and the `ray job submit` path."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.config import SweepConfig
+from harness.errors import UsageError
+from tests.helpers import REPO, harness, read_table
+
+pytestmark = pytest.mark.slow
+
+TINY = dict(policies=["cartpole"], dtypes=["float32"], episodes=1, batch_sizes=[1, 8], accelerator="cpu", progress=False)
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    """A real two-node Ray cluster on this machine, one simulated card per node."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "resources": {"NPU": 1}})
+    cluster.add_node(num_cpus=1, resources={"NPU": 1})
+    yield cluster
+    cluster.shutdown()
+
+
+def test_two_nodes_one_card_each(two_nodes, tmp_path: Path) -> None:
+    from harness.sweep import run_sweep
+
+    outcome = run_sweep(SweepConfig(**TINY, address=two_nodes.address, cards=2, results=str(tmp_path)))
+    assert outcome.passed
+    [run] = read_table(tmp_path, "runs").to_pylist()
+    cards = json.loads(run["devices"])[:2]
+    assert cards[0]["node_id"] and cards[0]["node_id"] != cards[1]["node_id"], "one card per node"
+    checks = read_table(tmp_path, "checks")
+    assert checks.num_rows > 0 and all(checks.column("passed").to_pylist())
+
+
+def test_too_few_cards_fails_at_once_listing_what_the_cluster_has(two_nodes, tmp_path: Path) -> None:
+    from harness.sweep import run_sweep
+
+    start = time.monotonic()
+    with pytest.raises(UsageError, match=r"needs 5 NPU card\(s\) but the cluster has 2; cluster resources: .*on 2 node"):
+        run_sweep(SweepConfig(**TINY, address=two_nodes.address, cards=5, results=str(tmp_path)))
+    assert time.monotonic() - start < 30
+
+
+def test_unplaceable_cards_fail_within_30_s(two_nodes, tmp_path: Path) -> None:
+    """Enough cards in total, but STRICT_PACK wants them on one node: no such node exists."""
+    from harness.sweep import run_sweep
+
+    start = time.monotonic()
+    with pytest.raises(UsageError, match=r"could not place 2 NPU card\(s\) and 1 CPU \(STRICT_PACK\) within 30 s"):
+        run_sweep(SweepConfig(**TINY, address=two_nodes.address, cards=2, placement="STRICT_PACK", results=str(tmp_path)))
+    assert time.monotonic() - start < 40  # the 30 s wait, plus joining the cluster
+
+
+def test_no_cluster_at_address_is_exit_2_within_30_s(tmp_path: Path) -> None:
+    start = time.monotonic()
+    proc = harness("sweep", "--policy", "cartpole", "--accelerator", "cpu", "--address", "127.0.0.1:1", "--results", str(tmp_path), timeout=60)
+    assert proc.returncode == 2
+    assert time.monotonic() - start < 30
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("harness: error: cannot join the Ray cluster at 127.0.0.1:1")
+    assert "Traceback" not in proc.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def head_node(tmp_path: Path):
+    """`ray start --head` on 127.0.0.1 with two declared cards, stopped at the end whatever happens."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("RAY_ADDRESS", None)
+    port, dashboard = _free_port(), _free_port()
+    ray = str(bin_dir / "ray")
+    subprocess.run([ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
+                    "--resources", json.dumps({"NPU": 2}), "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+                    f"--dashboard-port={dashboard}", "--disable-usage-stats"], env=env, check=True, capture_output=True, timeout=120)
+    try:
+        yield env, f"http://127.0.0.1:{dashboard}"
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def test_ray_job_submit_runs_the_sweep(head_node: tuple[dict[str, str], str], tmp_path: Path) -> None:
+    env, dashboard = head_node
+    results = tmp_path / "results"
+    cmd = [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", dashboard, "--working-dir", str(REPO),
+           "--", "python", "jobs/sweep.py", "--policy", "cartpole", "--dtypes", "float32", "--episodes", "1",
+           "--batch-sizes", "1,8", "--accelerator", "cpu", "--no-progress", "--results", str(results)]
+    deadline = time.monotonic() + 90
+    while True:  # the head's job agent comes up some seconds after `ray start` returns
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=400)
+        if "No available agent" not in proc.stderr or time.monotonic() > deadline:
+            break
+        time.sleep(3)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "succeeded" in proc.stdout
+    [run] = read_table(results, "runs").to_pylist()
+    assert run["status"] == "passed" and run["n_cards"] == 2
+    assert "jobs/sweep.py" in run["command"]
+    checks = read_table(results, "checks")
+    assert checks.num_rows > 0 and all(checks.column("passed").to_pylist())

@@ -1,0 +1,273 @@
+"""ML-Agents loaders on real files: the shared 3DBall export, our own multi-input exports and
+checkpoints, each compared with onnxruntime; and the files they must refuse."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.version_converter
+import onnxruntime
+import pytest
+import torch
+from onnx import numpy_helper
+
+from harness.errors import PolicyLoadError
+from harness.export_onnx import export_onnx
+from harness.policies import load_policy
+from harness.policies.base import NORMALIZER_CLAMP, PolicyNet
+from harness.policies.huggy import huggy_arch, huggy_state_dict
+from harness.policies.mlagents_onnx import load_mlagents_onnx
+from harness.policies.mlagents_pt import BODY, HEAD, PROCESSORS, load_mlagents_pt
+
+BALL = "mlagents-3DBall/3DBall.onnx"
+BALL_SHA256 = "496dc01d14506b635268fc62ff0d58a16be71fe3a83e47c1ac72984ce69a1864"
+# deterministic_continuous_actions by onnxruntime 1.32, from ../shared/cases/README.md
+BALL_TABLE = [
+    ([0.0] * 8, [-0.10264575, -0.03890847]),
+    ([0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8], [-0.23106180, 0.03748217]),
+    ([1, 2, 3, 4, 5, 6, 7, 8], [0.32622960, -1.00000000]),
+]
+TOL = 1e-6
+
+
+def act(policy: PolicyNet, *obs: np.ndarray) -> np.ndarray:
+    with torch.no_grad():
+        return policy.deterministic_action(policy(*map(torch.from_numpy, obs))).numpy()
+
+
+def onnx_act(path: Path, *obs: np.ndarray) -> np.ndarray:
+    feeds = {f"obs_{i}": x for i, x in enumerate(obs)}
+    return onnxruntime.InferenceSession(str(path)).run(["deterministic_continuous_actions"], feeds)[0]
+
+
+def observations(sizes: tuple[int, ...], seed: int = 0, rows: int = 256) -> list[np.ndarray]:
+    # Scale 3 so that some values reach the normalizer clamp.
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal((rows, n)) * 3).astype(np.float32) for n in sizes]
+
+
+def mlagents_state_dict(obs_sizes: tuple[int, ...], hidden: int, actions: int, seed: int) -> dict[str, torch.Tensor]:
+    """A SimpleActor state dict with one normalizer processor per observation input."""
+    gen = torch.Generator().manual_seed(seed)
+    state: dict[str, torch.Tensor] = {}
+    for i, n in enumerate(obs_sizes):
+        state[f"{PROCESSORS}.{i}.normalizer.running_mean"] = torch.randn(n, generator=gen)
+        state[f"{PROCESSORS}.{i}.normalizer.running_variance"] = torch.rand(n, generator=gen) * 5e4 + 1e3
+        state[f"{PROCESSORS}.{i}.normalizer.normalization_steps"] = torch.tensor(10_000)
+    sizes = [sum(obs_sizes), hidden, hidden, actions]
+    for name, n_in, n_out in zip([f"{BODY}.0", f"{BODY}.2", f"{HEAD}.mu"], sizes[:-1], sizes[1:]):
+        state[f"{name}.weight"] = torch.randn(n_out, n_in, generator=gen) * n_in**-0.5
+        state[f"{name}.bias"] = torch.randn(n_out, generator=gen) * 0.1
+    state[f"{HEAD}.log_sigma"] = torch.zeros(1, actions)
+    return state
+
+
+def edited(model: onnx.ModelProto, initializer: str, value: np.ndarray, out: Path) -> Path:
+    """A copy of `model` with one initializer replaced, saved to `out`."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    target = next(t for t in model.graph.initializer if t.name == initializer)
+    target.CopyFrom(numpy_helper.from_array(value, initializer))
+    onnx.save(model, out)
+    return out
+
+
+def test_3dball_reproduces_the_table(cases: Path) -> None:
+    policy = load_mlagents_onnx(cases / BALL)
+    obs = np.array([row for row, _ in BALL_TABLE], dtype=np.float32)
+    expected = np.array([actions for _, actions in BALL_TABLE], dtype=np.float32)
+    assert np.abs(act(policy, obs) - expected).max() <= TOL
+
+
+def test_3dball_records_what_it_is(cases: Path) -> None:
+    info = load_mlagents_onnx(cases / BALL).info
+    assert (info.source, info.action_kind, info.obs_sizes, info.action_size) == ("mlagents-onnx", "continuous", (8,), 2)
+    assert info.sha256 == BALL_SHA256
+    assert info.onnx_path == str(cases / BALL)
+    assert info.detail == "ML-Agents export v3, opset 9, 2 x 128 SiLU"
+    assert not info.synthetic
+
+
+def test_3dball_matches_onnxruntime_and_the_check_catches_a_wrong_weight(cases: Path) -> None:
+    policy = load_mlagents_onnx(cases / BALL)
+    (obs,) = observations((8,), rows=2000)
+    reference = onnx_act(cases / BALL, obs)
+    assert np.abs(act(policy, obs) - reference).max() <= TOL
+    with torch.no_grad():
+        policy.body[0].weight[0, 0] += 1e-3
+    assert np.abs(act(policy, obs) - reference).max() > TOL
+
+
+def test_3dball_normalizer_is_the_folded_constant_not_a_guess(cases: Path) -> None:
+    # The rebuilt std must be the graph's Div constant; sqrt(var + eps) is the classic wrong guess.
+    policy = load_mlagents_onnx(cases / BALL)
+    graph = onnx.load(cases / BALL).graph
+    std = next(numpy_helper.to_array(t) for t in graph.initializer if t.name == "onnx::Div_51")
+    assert np.array_equal(policy.normalizer.std().numpy(), std)
+
+
+def test_clip_bounds_given_as_inputs_load_the_same(cases: Path, tmp_path: Path) -> None:
+    # From opset 11 on, Clip takes its bounds as inputs; onnx's own converter writes them so.
+    converted = onnx.version_converter.convert_version(onnx.load(cases / BALL), 13)
+    path = tmp_path / "3DBall-opset13.onnx"
+    onnx.save(converted, path)
+    (obs,) = observations((8,))
+    assert np.array_equal(act(load_mlagents_onnx(path), obs), act(load_mlagents_onnx(cases / BALL), obs))
+    assert "opset 13" in load_mlagents_onnx(path).info.detail
+
+
+@pytest.mark.parametrize("obs_sizes", [(3, 5), (4, 1, 6)])
+def test_multi_input_checkpoint_export_and_onnx_agree(obs_sizes: tuple[int, ...], tmp_path: Path) -> None:
+    checkpoint = tmp_path / "policy.pt"
+    torch.save({"Policy": mlagents_state_dict(obs_sizes, hidden=32, actions=3, seed=len(obs_sizes))}, checkpoint)
+    from_pt = load_mlagents_pt(checkpoint)
+    exported = tmp_path / "policy.onnx"
+    export_onnx(from_pt, exported)
+    from_onnx = load_mlagents_onnx(exported)
+
+    assert from_pt.info.obs_sizes == from_onnx.info.obs_sizes == obs_sizes
+    obs = observations(obs_sizes)
+    reference = onnx_act(exported, *obs)
+    assert np.abs(act(from_onnx, *obs) - reference).max() <= TOL
+    assert np.abs(act(from_pt, *obs) - reference).max() <= TOL
+
+
+def test_multi_input_normalizers_clamp_each_input(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "policy.pt"
+    torch.save(mlagents_state_dict((2, 3), hidden=8, actions=2, seed=7), checkpoint)
+    policy = load_mlagents_pt(checkpoint)
+    far = [np.full((1, 2), 1e6, np.float32), np.full((1, 3), -1e6, np.float32)]
+    with torch.no_grad():
+        normalized = policy.normalizer(torch.cat([torch.from_numpy(x) for x in far], dim=-1))
+    assert normalized.tolist() == [[NORMALIZER_CLAMP] * 2 + [-NORMALIZER_CLAMP] * 3]
+
+
+def test_huggy_checkpoint_round_trip(tmp_path: Path) -> None:
+    # The Huggy file layout: the Policy state dict beside optimizer state, as ML-Agents saves it.
+    checkpoint = tmp_path / "Huggy-2000050.pt"
+    torch.save({"Policy": huggy_state_dict(), "Optimizer:adam": {"state": {}, "param_groups": []}}, checkpoint)
+    loaded = load_policy(str(checkpoint))
+    reference = huggy_arch()
+    (obs,) = observations((59,))
+    assert np.array_equal(act(loaded, obs), act(reference, obs))
+    assert loaded.normalizer.normalization_steps.item() == 2_000_050
+    info = loaded.info
+    assert (info.source, info.obs_sizes, info.action_size) == ("mlagents-pt", (59,), 21)
+    assert info.sha256 == hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    assert info.detail == "ML-Agents checkpoint, 3 x 512 SiLU"
+
+
+def test_bare_state_dict_loads_too(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "bare.pt"
+    torch.save(huggy_state_dict(), checkpoint)
+    (obs,) = observations((59,), rows=8)
+    assert np.array_equal(act(load_mlagents_pt(checkpoint), obs), act(huggy_arch(), obs))
+
+
+def assert_one_line_error(error: pytest.ExceptionInfo[PolicyLoadError], path: Path, problem: str) -> None:
+    message = str(error.value)
+    assert message.startswith(f"{path}: ") and problem in message and "\n" not in message, message
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"this is not onnx at all", "not an ONNX model"),
+        (b"", "no version_number output"),  # an empty protobuf parses as an empty model
+    ],
+)
+def test_unreadable_onnx_is_refused(content: bytes, problem: str, tmp_path: Path) -> None:
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(content)
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_onnx(path)
+    assert_one_line_error(error, path, problem)
+
+
+def test_onnx_with_wrong_version_or_shapes_is_refused(cases: Path, tmp_path: Path) -> None:
+    model = onnx.load(cases / BALL)
+    bad_version = edited(model, "version_number.1", np.array([4.0], np.float32), tmp_path / "v4.onnx")
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_onnx(bad_version)
+    assert_one_line_error(error, bad_version, "model version [4.0], supported: 2, 3")
+
+    weight = np.zeros((128, 64), np.float32)
+    bad_shape = edited(model, f"{BODY}.2.weight", weight, tmp_path / "shape.onnx")
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_onnx(bad_shape)
+    assert_one_line_error(error, bad_shape, "layer 1 has weight (128, 64)")
+
+    bad_std = edited(model, "onnx::Div_51", np.ones(7, np.float32), tmp_path / "std.onnx")
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_onnx(bad_std)
+    assert_one_line_error(error, bad_std, "normalizer std 'onnx::Div_51' is float32 [7], expected 8 floats")
+
+
+def test_onnx_with_truncated_weights_is_refused(cases: Path, tmp_path: Path) -> None:
+    model = onnx.load(cases / BALL)
+    weight = next(t for t in model.graph.initializer if t.name == f"{BODY}.2.weight")
+    weight.raw_data = weight.raw_data[:100]
+    path = tmp_path / "truncated.onnx"
+    onnx.save(model, path)
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_onnx(path)
+    assert_one_line_error(error, path, "malformed ONNX tensor (cannot reshape array of size 25 into shape (128,128))")
+
+
+def test_onnx_with_another_activation_is_refused(cases: Path, tmp_path: Path) -> None:
+    model = onnx.load(cases / BALL)
+    next(node for node in model.graph.node if node.op_type == "Sigmoid").op_type = "Tanh"
+    path = tmp_path / "tanh.onnx"
+    onnx.save(model, path)
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_onnx(path)
+    # Without a Swish after it the first Gemm reads as mu, and the action output does not fit.
+    assert_one_line_error(error, path, "which feeds ['Tanh', 'Mul']")
+
+
+def test_unreadable_checkpoints_are_refused(tmp_path: Path) -> None:
+    text = tmp_path / "text.pt"
+    text.write_text("not a checkpoint")
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_pt(text)
+    assert_one_line_error(error, text, "not a readable torch checkpoint")
+
+    module = tmp_path / "module.pt"
+    torch.save(torch.nn.Linear(2, 2), module)  # a pickled object: weights_only must refuse it
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_pt(module)
+    assert_one_line_error(error, module, "not a readable torch checkpoint")
+
+    tensor = tmp_path / "tensor.pt"
+    torch.save(torch.zeros(3), tensor)
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_pt(tensor)
+    assert_one_line_error(error, tensor, "holds a Tensor, not an ML-Agents checkpoint dict")
+
+
+def test_checkpoints_with_missing_keys_or_wrong_shapes_are_refused(tmp_path: Path) -> None:
+    missing = huggy_state_dict()
+    del missing[f"{HEAD}.mu.bias"]
+    path = tmp_path / "missing.pt"
+    torch.save({"Policy": missing}, path)
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_pt(path)
+    assert_one_line_error(error, path, f"missing '{HEAD}.mu.bias'")
+
+    wrong = huggy_state_dict()
+    wrong[f"{HEAD}.mu.weight"] = torch.zeros(21, 256)
+    path = tmp_path / "wrong.pt"
+    torch.save({"Policy": wrong}, path)
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_pt(path)
+    assert_one_line_error(error, path, "mu has weight (21, 256) and bias (21,), expected [out, 512] and [out]")
+
+    stats = huggy_state_dict()
+    stats[f"{PROCESSORS}.0.normalizer.running_variance"] = torch.ones(58)
+    path = tmp_path / "stats.pt"
+    torch.save({"Policy": stats}, path)
+    with pytest.raises(PolicyLoadError) as error:
+        load_mlagents_pt(path)
+    assert_one_line_error(error, path, "processor 0 normalizer has running_mean (59,), running_variance (58,)")

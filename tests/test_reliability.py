@@ -1,0 +1,87 @@
+"""Faults survived and nothing lost: a killed driver, resumed; two sweeps into one folder."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.helpers import REPO, harness, read_table
+
+pytestmark = pytest.mark.slow
+
+# Enough units that the driver is still busy when it is killed; small enough to stay quick.
+ARGS = ["--policy", "cartpole", "--dtypes", "float32,float16", "--episodes", "2", "--batch-sizes", "1,8,64",
+        "--accelerator", "cpu", "--no-progress"]
+VERDICT = ("unit_id", "output", "kind", "device_a", "device_b", "passed", "bitwise_equal", "max_abs", "n_mismatch")
+
+
+def _verdicts(results: Path) -> set[tuple]:
+    return {tuple(r[c] for c in VERDICT) for r in read_table(results, "checks").to_pylist()}
+
+
+def _visible_parquet(results: Path) -> list[Path]:
+    return [p for p in results.rglob("*.parquet") if ".staging" not in p.parts]
+
+
+def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(tmp_path: Path) -> None:
+    killed = tmp_path / "killed"
+    driver = subprocess.Popen([sys.executable, "-m", "harness", "sweep", *ARGS, "--results", str(killed), "--run-id", "victim"],
+                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    staging = killed / ".staging" / "victim"
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(staging.glob("*.done"))) < 3:
+            assert driver.poll() is None, "the sweep ended before it could be killed"
+            assert time.monotonic() < deadline, "no unit finished in time"
+            time.sleep(0.2)
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        os.killpg(driver.pid, signal.SIGKILL)  # the local Ray the driver started, too
+
+    # Every visible file is whole; the run says it did not finish; no checks are published yet.
+    for path in _visible_parquet(killed):
+        pq.read_table(path)
+    [run] = read_table(killed, "runs").to_pylist()
+    assert run["status"] == "running" and run["finished_at"] is None
+    assert not (killed / "checks").exists()
+    done_before = {p.name.removesuffix(".done") for p in staging.glob("*.done")}
+
+    resumed = harness("sweep", "--resume", "victim", "--results", str(killed), "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    [run] = read_table(killed, "runs").to_pylist()
+    assert run["status"] == "passed"
+    import json
+
+    summary = json.loads(run["summary"])
+    assert summary["resumed_units"] >= len(done_before) and summary["resumed_units"] < summary["units"]
+
+    clean = tmp_path / "clean"
+    assert harness("sweep", *ARGS, "--results", str(clean)).returncode == 0
+    assert _verdicts(killed) == _verdicts(clean), "resumed verdicts equal an uninterrupted run's"
+
+
+def test_resume_of_a_finished_or_unknown_run_is_exit_2(tmp_path: Path) -> None:
+    proc = harness("sweep", "--resume", "nope", "--results", str(tmp_path))
+    assert proc.returncode == 2 and proc.stderr.strip() == f"harness: error: --resume nope: no such run in {tmp_path}"
+
+
+def test_two_concurrent_sweeps_into_one_folder(tmp_path: Path) -> None:
+    small = ["--policy", "cartpole", "--dtypes", "float32", "--episodes", "1", "--batch-sizes", "1",
+             "--accelerator", "cpu", "--no-progress", "--results", str(tmp_path)]
+    procs = [subprocess.Popen([sys.executable, "-m", "harness", "sweep", *small], cwd=REPO,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    runs = read_table(tmp_path, "runs").to_pylist()
+    assert len({r["run_id"] for r in runs}) == 2 and {r["status"] for r in runs} == {"passed"}
+    checks = read_table(tmp_path, "checks")
+    per_run = {rid: checks.column("run_id").to_pylist().count(rid) for rid in {r["run_id"] for r in runs}}
+    assert len(set(per_run.values())) == 1 and min(per_run.values()) > 0, per_run

@@ -1,0 +1,305 @@
+"""The Stable-Baselines3 loader against SB3's own policies, a real 1.0rc0 save, and bad files.
+
+Zips are saved by the installed SB3 from freshly built (untrained) models whose weights are
+redrawn from N(0, 1), so logits are large and every layer matters. Nothing is trained here.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import pickle
+import re
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import seals  # noqa: F401  (registers seals/CartPole-v0)
+import torch
+from stable_baselines3 import A2C, PPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+
+from harness.errors import PolicyLoadError
+from harness.policies import load_policy
+from harness.policies.sb3_zip import MAX_MEMBER_BYTES, load_sb3_zip
+
+CASE_SHA256 = "83d0de1280428dbfe8b1d4db5b4ae8450e8b137759a454eed5149a7a995228c2"
+# ../shared/cases/README.md: logits by SB3 2.9.2's ActorCriticPolicy on CartPole-v1.zip.
+CASE_LOGITS = [
+    ([0.0, 0.0, 0.0, 0.0], [2.3038545, -2.2997918]),
+    ([0.5, 0.3, 0.1, -0.2], [-10.2276125, 10.2127905]),
+    ([-0.5, -0.3, -0.1, 0.2], [12.2140160, -12.1963778]),
+]
+
+
+def _save(model: BaseAlgorithm, path: Path, seed: int = 0) -> Path:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.policy.parameters():
+            param.copy_(torch.randn(param.shape, generator=gen))
+    model.save(path)
+    return path
+
+
+def _sb3_head(model: BaseAlgorithm, obs: torch.Tensor) -> torch.Tensor:
+    """What SB3 itself computes: action_net(mlp_extractor.forward_actor(features))."""
+    policy = model.policy
+    with torch.no_grad():
+        features = policy.extract_features(obs, policy.pi_features_extractor)
+        return policy.action_net(policy.mlp_extractor.forward_actor(features))
+
+
+def _obs(size: int, n: int = 64) -> torch.Tensor:
+    return torch.randn(n, size, generator=torch.Generator().manual_seed(1)) * 2
+
+
+def _rewrite(src: Path, dst: Path, **members: bytes | None) -> Path:
+    """Copy an SB3 zip, replacing members (None drops one)."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for name in zin.namelist():
+            if name not in members:
+                zout.writestr(name, zin.read(name))
+        for name, content in members.items():
+            if content is not None:
+                zout.writestr(name, content)
+    return dst
+
+
+def _edit_data(src: Path, dst: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    data = json.loads(zipfile.ZipFile(src).read("data"))
+    edit(data)
+    return _rewrite(src, dst, data=json.dumps(data).encode())
+
+
+def _relu_model() -> PPO:
+    kwargs = {"activation_fn": torch.nn.ReLU, "net_arch": {"pi": [32, 16], "vf": [8]}}
+    return PPO("MlpPolicy", "CartPole-v1", policy_kwargs=kwargs, seed=0, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def relu_zip(tmp_path_factory: pytest.TempPathFactory) -> tuple[PPO, Path]:
+    model = _relu_model()
+    return model, _save(model, tmp_path_factory.mktemp("sb3") / "relu.zip")
+
+
+MODELS: dict[str, Callable[[], BaseAlgorithm]] = {
+    "tanh-default": lambda: PPO("MlpPolicy", "CartPole-v1", seed=0, device="cpu"),
+    "relu-dict": _relu_model,
+    "elu-1x-list": lambda: A2C(
+        "MlpPolicy",
+        "CartPole-v1",
+        policy_kwargs={"activation_fn": torch.nn.ELU, "net_arch": [{"pi": [48], "vf": [16]}]},
+        seed=0,
+        device="cpu",
+    ),
+    "box-pendulum": lambda: PPO("MlpPolicy", "Pendulum-v1", seed=0, device="cpu"),
+}
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_matches_sb3_actor_critic_policy(kind: str, tmp_path: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # SB3 2.x warns about the 1.x list form, which we want
+        model = MODELS[kind]()
+    path = _save(model, tmp_path / f"{kind}.zip")
+    policy = load_sb3_zip(path)
+    obs = _obs(policy.info.obs_size)
+
+    with torch.no_grad():
+        ours = policy(obs)
+    assert ours.shape == (64, policy.info.action_size)
+    assert torch.max(torch.abs(ours - _sb3_head(model, obs))).item() <= 1e-6
+    assert [name for name, _ in policy.named_children()] == ["body", "head"]
+    if policy.info.action_kind == "discrete":
+        predicted, _ = model.predict(obs.numpy(), deterministic=True)
+        assert np.array_equal(policy.deterministic_action(ours).numpy(), predicted)
+    else:
+        assert policy.log_sigma is not None
+        assert torch.equal(policy.log_sigma, model.policy.log_std.detach())
+        assert policy.info.obs_low == (-1.0, -1.0, -8.0)
+
+
+def test_info_names_file_version_activation_and_arch(relu_zip: tuple[PPO, Path]) -> None:
+    _, path = relu_zip
+    info = load_sb3_zip(path, name="mine", env_id="CartPole-v1").info
+    assert (info.name, info.source, info.env_id) == ("mine", "sb3-zip", "CartPole-v1")
+    assert info.detail.endswith(", ReLU, pi [32, 16]") and info.detail.startswith("SB3 2.")
+    assert load_sb3_zip(path).info.name == str(path)
+
+
+def test_sb3_1x_shared_layers(relu_zip: tuple[PPO, Path], tmp_path: Path) -> None:
+    """SB3 1.x net_arch [32, dict(pi=[16])]: the first layer lives in mlp_extractor.shared_net."""
+    model, path = relu_zip
+    state = torch.load(io.BytesIO(zipfile.ZipFile(path).read("policy.pth")), weights_only=True)
+    renamed = {
+        key.replace("policy_net.0.", "shared_net.0.").replace("policy_net.2.", "policy_net.0."): value
+        for key, value in state.items()
+    }
+    buffer = io.BytesIO()
+    torch.save(renamed, buffer)
+    shared = _rewrite(path, tmp_path / "shared.zip", **{"policy.pth": buffer.getvalue()})
+    shared = _edit_data(
+        shared, tmp_path / "shared-1x.zip", lambda d: d["policy_kwargs"].update(net_arch=[32, {"pi": [16], "vf": [8]}])
+    )
+
+    policy = load_sb3_zip(shared)
+    obs = _obs(4)
+    with torch.no_grad():
+        assert torch.max(torch.abs(policy(obs) - _sb3_head(model, obs))).item() <= 1e-6
+    assert "shared [32], pi [16]" in policy.info.detail
+
+
+def test_activation_found_in_pickled_bytes_without_unpickling(relu_zip: tuple[PPO, Path], tmp_path: Path) -> None:
+    """With only the `:serialized:` pickle to go on, ReLU is read out of its bytes."""
+    model, path = relu_zip
+    edited = _edit_data(path, tmp_path / "pickled.zip", lambda d: d["policy_kwargs"].pop("activation_fn"))
+    policy = load_sb3_zip(edited)
+    obs = _obs(4)
+    with torch.no_grad():
+        assert torch.max(torch.abs(policy(obs) - _sb3_head(model, obs))).item() <= 1e-6
+    assert ", ReLU," in policy.info.detail
+
+
+def test_sb3_1_0rc0_case_reproduces_its_logits(cases: Path) -> None:
+    path = cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip"
+    policy = load_sb3_zip(path)
+    obs = torch.tensor([row for row, _ in CASE_LOGITS])
+    expected = torch.tensor([logits for _, logits in CASE_LOGITS])
+    with torch.no_grad():
+        assert torch.max(torch.abs(policy(obs) - expected)).item() <= 1e-5
+    info = policy.info
+    assert info.sha256 == CASE_SHA256
+    assert info.detail == "SB3 1.0rc0, Tanh, pi [64, 64]"
+    assert (info.action_kind, info.obs_sizes, info.action_size) == ("discrete", (4,), 2)
+    assert info.obs_high is not None and info.obs_high[0] == pytest.approx(4.8)
+
+
+class _CreatesFile:
+    """A pickle payload: unpickling it calls open(path, "w"), which creates the file."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.path, "w"))
+
+
+def _payload(path: Path) -> str:
+    return base64.b64encode(pickle.dumps(_CreatesFile(path))).decode()
+
+
+def test_pickle_payload_is_never_executed(relu_zip: tuple[PPO, Path], tmp_path: Path) -> None:
+    control = tmp_path / "control"
+    pickle.loads(base64.b64decode(_payload(control))).close()
+    assert control.exists(), "the payload must be live, or this test proves nothing"
+
+    marker = tmp_path / "pwned"
+    _, path = relu_zip
+
+    def poison(data: dict[str, Any]) -> None:
+        for value in data.values():
+            if isinstance(value, dict) and ":serialized:" in value:
+                value[":serialized:"] = _payload(marker)
+
+    in_data = _edit_data(path, tmp_path / "in-data.zip", poison)
+    assert load_sb3_zip(in_data).info.detail.endswith("ReLU, pi [32, 16]")
+    buffer = io.BytesIO()
+    torch.save({"action_net.weight": _CreatesFile(marker)}, buffer)
+    in_weights = _rewrite(path, tmp_path / "in-weights.zip", **{"policy.pth": buffer.getvalue()})
+    with pytest.raises(PolicyLoadError, match="policy.pth is not a plain torch state dict"):
+        load_sb3_zip(in_weights)
+    assert not marker.exists()
+
+
+class _ImageEnv(gym.Env[np.ndarray, int]):
+    observation_space = gym.spaces.Box(0, 255, (36, 36, 1), np.uint8)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        return np.zeros((36, 36, 1), np.uint8), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return np.zeros((36, 36, 1), np.uint8), 0.0, True, False, {}
+
+
+SOFTSIGN = "<class 'torch.nn.modules.activation.Softsign'>"  # a real torch activation, not one we map
+
+
+def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
+    """Each bad file and the problem its one-line error must state."""
+    text = tmp / "text.zip"
+    text.write_text("not a zip")
+    padded = json.dumps(json.loads(zipfile.ZipFile(src).read("data"))) + " " * (4 * 1024 * 1024)
+    cnn = tmp / "cnn.zip"
+    PPO("CnnPolicy", _ImageEnv(), n_steps=8, batch_size=8, device="cpu").save(cnn)
+
+    def data(name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
+        return _edit_data(src, tmp / f"{name}.zip", edit)
+
+    kwargs = "policy_kwargs"
+    return {
+        "missing": (tmp / "nowhere.zip", "no such file"),
+        "not-zip": (text, "not a zip file"),
+        "no-policy": (_rewrite(src, tmp / "no-policy.zip", **{"policy.pth": None}), "zip has no policy.pth"),
+        "no-data": (_rewrite(src, tmp / "no-data.zip", data=None), "zip has no data"),
+        "data-not-json": (_rewrite(src, tmp / "bad-json.zip", data=b"{'policy': nope"), "data is not JSON"),
+        "fewer-layers": (data("fewer", lambda d: d[kwargs].update(net_arch={"pi": [32]})), "declares 1"),
+        "wider-layer": (
+            data("wider", lambda d: d[kwargs].update(net_arch={"pi": [32, 20]})),
+            r"mlp_extractor.policy_net.2.weight is shape \(16, 32\).*expects \(20, 32\)",
+        ),
+        "obs-size": (
+            data("obs", lambda d: d["observation_space"].update(_shape=[5])),
+            r"policy_net.0.weight is shape \(32, 4\).*expects \(32, 5\)",
+        ),
+        "unknown-torch-activation": (
+            data("softsign", lambda d: d[kwargs].update(activation_fn=SOFTSIGN)),
+            "unknown activation Softsign",
+        ),
+        "custom-activation": (
+            data("custom", lambda d: d[kwargs].update(activation_fn="<class '__main__.MySwish'>")),
+            "unknown activation <class '__main__.MySwish'>",
+        ),
+        "net-arch-only-pickled": (
+            data("pickled-arch", lambda d: d[kwargs].pop("net_arch")),
+            "net_arch only inside a pickle",
+        ),
+        "cnn": (cnn, "ActorCriticCnnPolicy is not an MLP"),
+        "bomb-ratio": (_rewrite(src, tmp / "bomb.zip", data=padded.encode()), "looks like a zip bomb"),
+        "oversized": (
+            _rewrite(src, tmp / "huge.zip", **{"policy.pth": bytes(MAX_MEMBER_BYTES + 1)}),
+            "policy.pth is 67108865 bytes uncompressed, over the",
+        ),
+    }
+
+
+def test_bad_files_raise_one_line_errors_naming_the_file(relu_zip: tuple[PPO, Path], tmp_path: Path) -> None:
+    for case, (path, problem) in _bad_files(relu_zip[1], tmp_path).items():
+        with pytest.raises(PolicyLoadError) as caught:
+            load_sb3_zip(path)
+        message = str(caught.value)
+        assert message.startswith(f"{path}: "), case
+        assert "\n" not in message, case
+        assert re.search(problem, message), f"{case}: {message}"
+
+
+def test_cartpole_reaches_500_in_seals_env() -> None:
+    policy = load_policy("cartpole")
+    assert policy.info.env_id == "seals/CartPole-v0"
+    assert ", ReLU, pi [64, 64]" in policy.info.detail
+    env = gym.make("seals/CartPole-v0")
+    for seed in (0, 1):
+        obs, _ = env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            with torch.no_grad():
+                action = policy.deterministic_action(policy(torch.as_tensor(obs).unsqueeze(0)))
+            obs, reward, terminated, truncated, _ = env.step(int(action.item()))
+            total += float(reward)
+            done = terminated or truncated
+        assert total == 500.0, f"episode seed {seed}: return {total}"
