@@ -11,7 +11,7 @@ import ray
 
 from actors.runner import Runner
 from harness.devices import RAY_RESOURCE, Kind, open_card
-from harness.faults import Fault, maybe_crash, perturb_one_weight
+from harness.faults import Fault, corrupt_first_layer, maybe_crash, perturb_one_weight
 from harness.inference import EpisodeOutput
 from harness.policies.base import PolicyNet
 
@@ -38,8 +38,11 @@ class PolicyActor(Runner):
         return super().describe() | {"position": self.position, "faults": [str(f) for f in self.faults]}
 
     def _prepare(self, policy: PolicyNet) -> PolicyNet:
-        if any(f.kind == "perturb-weight" for f in self.faults):
+        kinds = {f.kind for f in self.faults}
+        if "perturb-weight" in kinds:
             perturb_one_weight(policy)
+        if "corrupt-weight" in kinds:
+            corrupt_first_layer(policy)
         return policy
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> tuple[dict[str, np.ndarray], float]:

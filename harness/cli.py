@@ -83,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("harness: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (`harness query ... | head`): not an error of ours or theirs.
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ class SweepConfig:
     address: str | None = field(default=None, metadata=_opt("--address", "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)"))
     inject_fault: list[str] = field(
         default_factory=list,
-        metadata=_opt("--inject-fault", "fault for negative tests, e.g. card1:perturb-weight, card1:mkl-avx2, card1:crash-once; repeatable", "append"),
+        metadata=_opt("--inject-fault", "fault for negative tests: card<N>:perturb-weight, corrupt-weight, mkl-avx2, crash-once, crash-always; repeatable", "append"),
     )
     placement: str = field(default="PACK", metadata=_opt("--placement", "placement group strategy: " + ", ".join(PLACEMENT_STRATEGIES)))
     resume: str | None = field(default=None, metadata=_opt("--resume", "run id of an interrupted sweep: run only its missing units"))

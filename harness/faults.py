@@ -2,6 +2,7 @@
 
 A spec is `card<N>:<kind>`, N the card's position in the sweep (card0, card1, ...):
   perturb-weight  one ULP added to one weight of the first layer, in the card's dtype
+  corrupt-weight  the first layer's weights scaled by 1.01: a broken kernel, beyond any tolerance
   mkl-avx2        the card's process runs with MKL_CBWR=AVX2 (another, honest, GEMM code path)
   crash-once      the card's process dies on its first unit; Ray restarts it and the unit is retried
   crash-always    the card's process dies on every unit: the sweep records it and fails
@@ -18,7 +19,8 @@ import torch
 
 from harness.errors import UsageError
 
-KINDS = ("perturb-weight", "mkl-avx2", "crash-once", "crash-always")
+KINDS = ("perturb-weight", "corrupt-weight", "mkl-avx2", "crash-once", "crash-always")
+CORRUPTION = 1.01
 _SPEC = re.compile(r"^card(\d+):([a-z0-9-]+)$")
 _INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
@@ -53,6 +55,12 @@ def perturb_one_weight(policy: torch.nn.Module) -> None:
     with torch.no_grad():
         bits = first.weight.data.view(-1).view(_INT_VIEW[first.weight.dtype])
         bits[0] += 1
+
+
+def corrupt_first_layer(policy: torch.nn.Module) -> None:
+    first = next(m for m in policy.modules() if isinstance(m, torch.nn.Linear))
+    with torch.no_grad():
+        first.weight.mul_(CORRUPTION)
 
 
 def maybe_crash(faults: list[Fault], marker: Path) -> None:

@@ -28,6 +28,12 @@ def summarize(checks: pa.Table) -> list[dict[str, object]]:
     return sorted(groups.values(), key=lambda g: (order[g["policy"]], dtypes.index(g["dtype"]) if g["dtype"] in dtypes else 9, kinds.index(g["kind"])))
 
 
+def short_name(policy: str) -> str:
+    """A path's file name (the part that tells policies apart), cut to the column."""
+    name = policy.rsplit("/", 1)[-1]
+    return name if len(name) <= 24 else name[:23] + "~"
+
+
 def print_summary(checks: pa.Table, run_id: str, status: str, out: TextIO) -> None:
     rows = summarize(checks)
     header = f"{'policy':<24} {'dtype':<9} {'check':<15} {'verdict':<8} {'checks':>6} {'worst max_abs':>14}"
@@ -35,7 +41,7 @@ def print_summary(checks: pa.Table, run_id: str, status: str, out: TextIO) -> No
     print("-" * len(header), file=out)
     for r in rows:
         verdict = "PASS" if r["failed"] == 0 else f"FAIL {r['failed']}"
-        print(f"{str(r['policy'])[:24]:<24} {r['dtype']:<9} {r['kind']:<15} {verdict:<8} {r['checks']:>6} {r['worst_max_abs']:>14.3g}", file=out)
+        print(f"{short_name(str(r['policy'])):<24} {r['dtype']:<9} {r['kind']:<15} {verdict:<8} {r['checks']:>6} {r['worst_max_abs']:>14.3g}", file=out)
     failures = [r for r in rows if r["failed"]]
     for r in failures:
         print(f"  FAIL {r['policy']} {r['dtype']} {r['kind']}: {r['first_failure']}", file=out)

@@ -13,7 +13,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -39,11 +39,11 @@ class Timings:
     """Where the wall time went; the benchmark reports these."""
 
     startup_s: float = 0.0  # Ray start and actors ready
-    compute_s: float = 0.0  # waiting for actors' results
+    fanout_s: float = 0.0  # submitting every unit to every actor
+    compute_s: float = 0.0  # waiting for actors' results (gather)
     judge_s: float = 0.0  # comparison functions
     write_s: float = 0.0  # Parquet
     plan_s: float = 0.0  # loading policies, making batches
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -141,8 +141,10 @@ def _fan_out_and_judge(
     """Send every unit to every actor at once, then judge units in order as results arrive."""
     from tqdm import tqdm
 
+    t = time.perf_counter()
     reference_refs: dict[tuple[str, str], tuple[ray.ObjectRef, ray.ObjectRef | None]] = {}
     pending = [(unit, _submit(placement, unit), _submit_reference(placement, unit, policies, reference_refs)) for unit in units]
+    timings.fanout_s = time.perf_counter() - t
     dead: set[str] = set()
     bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not progress, file=sys.stderr)
     for unit, card_refs, (ref_ref, onnx_ref) in pending:

@@ -91,3 +91,18 @@ def test_cluster_yaml_is_valid_for_the_local_provider() -> None:
     assert config["provider"]["type"] == "local" and "available_node_types" not in config
     validate_config(prepare_config(config))  # what `ray up cluster.yaml` does first
     assert all('--resources=\'{"NPU"' in cmd for cmd in config["head_start_ray_commands"][1:] + config["worker_start_ray_commands"][1:])
+
+
+def test_onnx_with_wrong_shapes_is_exit_2(cases: Path, tmp_path: Path) -> None:
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(cases / "mlagents-3DBall" / "3DBall.onnx")
+    gemm_weights = {n.input[1] for n in model.graph.node if n.op_type == "Gemm"}
+    init = next(i for i in model.graph.initializer if i.name in gemm_weights)
+    wrong = numpy_helper.to_array(init)[:, :-3].copy()  # three inputs short
+    init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(wrong), init.name))
+    bad = tmp_path / "wrong-shapes.onnx"
+    onnx.save(model, bad)
+    _one_line_error(harness("sweep", "--policy", str(bad), "--results", str(tmp_path)), f"{bad}:")

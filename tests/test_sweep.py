@@ -121,3 +121,20 @@ def test_card_that_keeps_dying_is_recorded_and_the_rest_completes(tmp_path: Path
     assert ref and {r["device_a"] for r in ref} == {"sim-cpu0"} and all(r["passed"] for r in ref)
     [run] = read_table(tmp_path, "runs").to_pylist()
     assert run["status"] == "failed" and "sim-cpu1" in json.loads(run["summary"])["dead_cards"]
+
+
+def test_onnx_policy_is_judged_against_onnxruntime_and_a_broken_card_fails_both_references(cases: Path, tmp_path: Path) -> None:
+    onnx = str(cases / "mlagents-3DBall" / "3DBall.onnx")
+    args = ["--policy", onnx, "--dtypes", "float32", "--batch-sizes", "8", "--no-progress", "--accelerator", "cpu"]
+    clean = harness("sweep", *args, "--results", str(tmp_path / "clean"))
+    assert clean.returncode == 0, clean.stderr[-3000:]
+    checks = read_table(tmp_path / "clean", "checks")
+    onnx_rows = checks.filter(pc.equal(checks.column("kind"), "onnx_reference")).to_pylist()
+    assert onnx_rows and all(r["passed"] and r["device_b"] == "onnxruntime" and r["output"] == "action" for r in onnx_rows)
+
+    broken = harness("sweep", *args, "--results", str(tmp_path / "broken"), "--inject-fault", "card1:corrupt-weight")
+    assert broken.returncode == 1
+    failed = _failed(tmp_path / "broken")
+    assert {(r["kind"], r["device_a"]) for r in failed} == {("cross_card", "sim-cpu1"), ("cpu_reference", "sim-cpu1"), ("onnx_reference", "sim-cpu1")}
+    ref_fail = next(r for r in failed if r["kind"] == "cpu_reference" and r["output"] == "mu")
+    assert "max_abs" in ref_fail["detail"] and "first divergent layer: body.0 Linear(8, 128)" in ref_fail["detail"]
