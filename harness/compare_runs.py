@@ -1,0 +1,122 @@
+"""`harness report --compare RUN_A RUN_B`: what got worse from run A to run B.
+
+Three questions, each one SQL join over the views: checks that passed in A and fail in B, errors
+(max_abs) that grew by more than a factor, and throughput (decisions/s) that dropped by more than
+a percentage. Checks are matched on (unit_id, output, kind, device_a, device_b): unit ids are
+stable across runs of the same plan, so two sweeps of one config line up row for row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TextIO
+
+import duckdb
+import pyarrow as pa
+
+from harness.errors import UsageError
+from harness.report import Section, dtype_order, print_sections
+
+
+@dataclass
+class Thresholds:
+    error_factor: float = 2.0  # flag max_abs in B above this many times A's
+    drop_percent: float = 10.0  # flag decisions/s in B this many percent below A's
+
+    def __post_init__(self) -> None:
+        if not self.error_factor >= 1.0:
+            raise UsageError(f"--error-factor must be at least 1 (got {self.error_factor}); e.g. --error-factor 2")
+        if not 0.0 <= self.drop_percent < 100.0:
+            raise UsageError(f"--drop-percent must be in [0, 100) (got {self.drop_percent}); e.g. --drop-percent 10")
+
+
+@dataclass
+class RunDiff:
+    run_a: str
+    run_b: str
+    thresholds: Thresholds
+    matched_checks: int
+    newly_failed: pa.Table
+    errors_grew: pa.Table
+    throughput_dropped: pa.Table
+
+    @property
+    def regressed(self) -> bool:
+        return bool(self.newly_failed.num_rows or self.errors_grew.num_rows or self.throughput_dropped.num_rows)
+
+
+# Checks of one run each; the join key is written once and shared by both queries below.
+PAIRS = """
+WITH a AS (SELECT * FROM checks WHERE run_id = $run_a), b AS (SELECT * FROM checks WHERE run_id = $run_b)
+"""
+MATCH = """a.unit_id = b.unit_id AND a.output = b.output AND a.kind = b.kind
+           AND a.device_a = b.device_a AND a.device_b = b.device_b"""
+CHECK_COLUMNS = """b.policy, b.dtype, b.kind AS check, b.workload || '/' || b.output AS output,
+       b.device_a || CASE WHEN b.device_b = '' THEN '' ELSE ' vs ' || b.device_b END AS devices"""
+
+# A failure in B with no counterpart in A (a card that died, a new error row) counts too.
+NEWLY_FAILED_SQL = f"""{PAIRS}
+SELECT {CHECK_COLUMNS}, CASE WHEN a.unit_id IS NULL THEN 'absent' ELSE 'passed' END AS "in A", b.detail AS "first mismatch in B"
+FROM b LEFT JOIN a ON {MATCH}
+WHERE NOT b.passed AND (a.unit_id IS NULL OR a.passed)
+ORDER BY b.policy, {dtype_order('b.dtype')}, b.kind, output, devices
+"""
+
+# Bit-exact in A and not in B counts as growth; NaN (error rows) never compares, so is left out.
+ERRORS_GREW_SQL = f"""{PAIRS}
+SELECT {CHECK_COLUMNS}, printf('%.3g', a.max_abs) AS "max_abs A", printf('%.3g', b.max_abs) AS "max_abs B",
+       CASE WHEN a.max_abs = 0 THEN 'was exact' ELSE printf('%.3gx', b.max_abs / a.max_abs) END AS growth
+FROM a JOIN b ON {MATCH}
+WHERE isfinite(a.max_abs) AND isfinite(b.max_abs) AND b.max_abs > $factor * a.max_abs
+ORDER BY b.policy, {dtype_order('b.dtype')}, b.kind, output, devices
+"""
+
+MATCHED_SQL = f"{PAIRS} SELECT count(*) FROM a JOIN b ON {MATCH}"
+
+THROUGHPUT_SQL = f"""
+WITH a AS (SELECT * FROM bench WHERE run_id = $run_a), b AS (SELECT * FROM bench WHERE run_id = $run_b)
+SELECT b.mode, b.policy, b.dtype, b.device, b.n_cards::VARCHAR AS cards, b.batch_size::VARCHAR AS batch, b.timing,
+       printf('%.0f', a.decisions_per_s) AS "decisions/s A", printf('%.0f', b.decisions_per_s) AS "decisions/s B",
+       printf('%.1f%%', 100 * (1 - b.decisions_per_s / a.decisions_per_s)) AS drop
+FROM a JOIN b USING (policy, dtype, device, n_cards, batch_size, mode, timing)
+WHERE a.decisions_per_s > 0 AND b.decisions_per_s < a.decisions_per_s * (1 - $drop / 100)
+ORDER BY b.mode, b.policy, {dtype_order('b.dtype')}, b.n_cards, b.batch_size, b.device
+"""
+
+
+def compare_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, thresholds: Thresholds) -> RunDiff:
+    runs = {"run_a": run_a, "run_b": run_b}
+
+    def rows(sql: str, **extra: float) -> pa.Table:
+        return con.sql(sql, params={**runs, **extra}).to_arrow_table()
+
+    return RunDiff(
+        run_a,
+        run_b,
+        thresholds,
+        matched_checks=rows(MATCHED_SQL).column(0)[0].as_py(),
+        newly_failed=rows(NEWLY_FAILED_SQL),
+        errors_grew=rows(ERRORS_GREW_SQL, factor=thresholds.error_factor),
+        throughput_dropped=rows(THROUGHPUT_SQL, drop=thresholds.drop_percent),
+    )
+
+
+def print_diff(diff: RunDiff, out: TextIO) -> None:
+    t = diff.thresholds
+    print(f"compare {diff.run_a} (A) -> {diff.run_b} (B): {diff.matched_checks} checks matched", file=out)
+    print_sections(
+        [
+            Section("Checks that passed in A and fail in B", diff.newly_failed, "none"),
+            Section(f"Errors (max_abs) that grew more than {t.error_factor:g}x", diff.errors_grew, "none"),
+            Section(f"Throughput that dropped more than {t.drop_percent:g}%", diff.throughput_dropped, "none, or no bench rows common to both runs"),
+        ],
+        out,
+    )
+    if diff.regressed:
+        print(
+            f"\nREGRESSED: {diff.newly_failed.num_rows} checks now fail, {diff.errors_grew.num_rows} errors grew, "
+            f"{diff.throughput_dropped.num_rows} throughputs dropped",
+            file=out,
+        )
+    else:
+        print("\nno regression", file=out)

@@ -1,0 +1,344 @@
+"""`harness report`: what one run found, in the terminal, and as PNG plots and one static HTML page.
+
+Everything is read through the DuckDB views of `harness.tables`; numbers are formatted in SQL so
+the terminal and the HTML page show the same text. A plot without data is skipped with a note.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from harness.summary import summarize
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+# The policy's head, the output the reference ports report precision on.
+HEAD_OUTPUTS = ("logits", "mu")
+DTYPES = ("float32", "float16", "bfloat16")
+PAGE = "report.html"
+
+
+def dtype_order(column: str = "dtype") -> str:
+    """SQL ORDER BY terms: float32, float16, bfloat16 as a sweep lists them, then any other dtype."""
+    return f"list_position({list(DTYPES)}, {column}) NULLS LAST, {column}"
+
+
+@dataclass
+class Section:
+    title: str
+    table: pa.Table  # cells already formatted
+    empty_note: str  # shown instead of an empty table
+
+
+@dataclass
+class Plot:
+    title: str
+    file: str  # PNG name inside the output folder
+    note: str  # why it was skipped; empty when drawn
+
+
+@dataclass
+class Report:
+    run_id: str
+    status: str
+    facts: list[tuple[str, str]]
+    sections: list[Section]
+    n_checks: int
+    n_failed: int
+
+    @property
+    def failed(self) -> bool:
+        return self.n_failed > 0 or self.status in ("failed", "error")
+
+
+def _rows(con: duckdb.DuckDBPyConnection, sql: str, run_id: str) -> pa.Table:
+    return con.sql(sql, params={"run_id": run_id}).to_arrow_table()
+
+
+def _run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, list[tuple[str, str]]]:
+    """The run's status and provenance; a run with no `runs` row (a bare bench) has neither."""
+    rows = _rows(con, "SELECT * FROM runs WHERE run_id = $run_id", run_id).to_pylist()
+    if not rows:
+        return "unknown", []
+    run = rows[0]
+    devices = json.loads(run["devices"] or "[]")
+    labelled = ", ".join(f"{d.get('label', '?')} ({d.get('model', '?')}{', simulated' if d.get('simulated') else ''})" for d in devices)
+    policies = json.loads(run["policies"] or "[]")
+    named = ", ".join(f"{p.get('name')} ({p.get('source')}{', synthetic' if p.get('synthetic') else ''}, sha256 {str(p.get('sha256'))[:12]})" for p in policies)
+    facts = [
+        ("started", f"{run['started_at']} (finished {run['finished_at'] or 'never'})"),
+        ("host", run["hostname"]),
+        ("accelerator", f"{run['accelerator']}, {run['n_cards']} cards"),
+        ("devices", labelled),
+        ("policies", named),
+        ("versions", f"harness {run['harness_version']}, torch {run['torch_version']}, ray {run['ray_version']}, git {run['git_revision'] or 'unknown'}"),
+        ("faults injected", run["faults"] or "none"),
+        ("command", run["command"]),
+    ]
+    return run["status"], facts
+
+
+def _verdict_section(checks: pa.Table) -> Section:
+    rows = [
+        {
+            "policy": r["policy"],
+            "dtype": r["dtype"],
+            "check": r["kind"],
+            "verdict": "PASS" if r["failed"] == 0 else f"FAIL {r['failed']}",
+            "checks": str(r["checks"]),
+            "worst max_abs": f"{r['worst_max_abs']:.3g}",
+        }
+        for r in summarize(checks)
+    ]
+    table = pa.Table.from_pylist(rows) if rows else pa.table({})
+    return Section("Verdict per policy and dtype", table, "no checks in this run")
+
+
+FAILED_SQL = f"""
+SELECT policy, dtype, kind AS check, workload || '/' || output AS output,
+       device_a || CASE WHEN device_b = '' THEN '' ELSE ' vs ' || device_b END AS devices, detail AS "first mismatch"
+FROM checks WHERE run_id = $run_id AND NOT passed
+ORDER BY policy, {dtype_order()}, kind, workload, output, device_a
+"""
+
+PRECISION_SQL = f"""
+SELECT policy, dtype, output, count(*)::VARCHAR AS checks,
+       printf('%.8f', min(cosine)) AS "cosine (min)", printf('%.3g', max(max_abs)) AS "max_abs (max)",
+       printf('%.3g', max(atol)) AS atol, printf('%.3g', max(rtol)) AS rtol,
+       CASE WHEN bool_and(passed) THEN 'PASS' ELSE 'FAIL ' || count(*) FILTER (NOT passed) END AS verdict
+FROM checks
+WHERE run_id = $run_id AND kind = 'cpu_reference' AND output IN {HEAD_OUTPUTS}
+GROUP BY policy, dtype, output ORDER BY policy, {dtype_order()}
+"""
+
+BENCH_SQL = f"""
+SELECT mode, policy, dtype, device, n_cards::VARCHAR AS cards, batch_size::VARCHAR AS batch, timing,
+       printf('%.3g', first_call_ms) AS "first call ms", printf('%.3g', p50_ms) AS "p50 ms",
+       printf('%.3g', p95_ms) AS "p95 ms", printf('%.3g', p99_ms) AS "p99 ms",
+       printf('%.0f', decisions_per_s) AS "decisions/s", printf('%.2f', scaling_efficiency) AS efficiency
+FROM bench WHERE run_id = $run_id
+ORDER BY mode, policy, {dtype_order()}, n_cards, batch_size, device, timing
+"""
+
+
+def build_report(con: duckdb.DuckDBPyConnection, run_id: str) -> Report:
+    status, facts = _run_facts(con, run_id)
+    checks = _rows(con, "SELECT * FROM checks WHERE run_id = $run_id", run_id)
+    sections = [
+        _verdict_section(checks),
+        Section("Failed checks", _rows(con, FAILED_SQL, run_id), "every check passed"),
+        Section("Precision against the CPU float32 reference (head output)", _rows(con, PRECISION_SQL, run_id), "no cpu_reference checks of logits or mu"),
+        Section("Benchmarks", _rows(con, BENCH_SQL, run_id), "no bench rows for this run"),
+    ]
+    n_failed = checks.num_rows - sum(checks.column("passed").to_pylist())
+    return Report(run_id, status, facts, sections, checks.num_rows, n_failed)
+
+
+def _cell(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+def text_table(table: pa.Table) -> str:
+    """Plain aligned columns: a report is read, not parsed (`harness query` gives CSV and JSON)."""
+    names = table.column_names
+    cells = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
+    widths = [max(len(n), *(len(r[i]) for r in cells)) for i, n in enumerate(names)]
+    lines = ["  ".join(n.ljust(w) for n, w in zip(names, widths)).rstrip()]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def print_sections(sections: list[Section], out: TextIO) -> None:
+    for section in sections:
+        print(f"\n{section.title}", file=out)
+        print(text_table(section.table) if section.table.num_rows else f"  ({section.empty_note})", file=out)
+
+
+def headline(report: Report) -> str:
+    verdict = "FAILED" if report.failed else "PASSED"
+    return f"run {report.run_id}: {verdict} (status {report.status}; {report.n_checks} checks, {report.n_failed} failed)"
+
+
+def print_report(report: Report, out: TextIO) -> None:
+    print(headline(report), file=out)
+    for key, value in report.facts:
+        print(f"  {key + ':':<17} {value}", file=out)
+    print_sections(report.sections, out)
+
+
+# ---- plots -------------------------------------------------------------------------------------
+
+
+def _new_axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
+    # A bare Figure on the Agg canvas: no pyplot global state, no display needed.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(True, which="both", alpha=0.3)
+    return fig, ax
+
+
+def _plot_throughput(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
+    # One aggregate row per card count is expected; max() keeps it if per-card rows sit beside it.
+    rows = _rows(con, f"""
+        SELECT policy, dtype, batch_size, timing, n_cards, max(decisions_per_s) AS dps
+        FROM bench WHERE run_id = $run_id AND mode = 'throughput' AND decisions_per_s > 0
+        GROUP BY policy, dtype, batch_size, timing, n_cards ORDER BY policy, {dtype_order()}, batch_size, timing, n_cards""", run_id).to_pylist()
+    if not rows:
+        return "no bench rows with mode throughput in this run"
+    fig, ax = _new_axes("Decisions per second against cards", "cards", "decisions/s")
+    for i, (key, points) in enumerate(_series(rows, ("policy", "dtype", "batch_size", "timing")).items()):
+        cards = np.array([p["n_cards"] for p in points])
+        dps = np.array([p["dps"] for p in points])
+        color = f"C{i % 10}"
+        ax.plot(cards, dps, "o-", color=color, label=f"{key[0]} {key[1]} batch {key[2]} ({key[3]})")
+        # Ideal: the smallest configuration's per-card rate, times the cards.
+        ax.plot(cards, dps[0] / cards[0] * cards, "--", color=color, alpha=0.6)
+    ax.plot([], [], "k--", alpha=0.6, label="ideal (linear)")
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=100)
+    return ""
+
+
+def _plot_latency(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
+    # The worst card at each point: the number a port is signed off on.
+    rows = _rows(con, f"""
+        SELECT policy, dtype, timing, batch_size, max(p50_ms) AS p50, max(p95_ms) AS p95, max(p99_ms) AS p99
+        FROM bench WHERE run_id = $run_id AND mode = 'latency' AND p50_ms IS NOT NULL
+        GROUP BY policy, dtype, timing, batch_size ORDER BY policy, {dtype_order()}, timing, batch_size""", run_id).to_pylist()
+    if not rows:
+        return "no bench rows with mode latency in this run"
+    fig, ax = _new_axes("Latency percentiles against batch size (worst card)", "batch size", "ms")
+    styles = {"p50": "-", "p95": "--", "p99": ":"}
+    for i, (key, points) in enumerate(_series(rows, ("policy", "dtype", "timing")).items()):
+        batch = [p["batch_size"] for p in points]
+        for pct, style in styles.items():
+            ax.plot(batch, [p[pct] for p in points], style, marker="o", color=f"C{i % 10}", label=f"{key[0]} {key[1]} ({key[2]})" if pct == "p50" else None)
+    for pct, style in styles.items():
+        ax.plot([], [], style, color="k", label=pct)
+    ax.set_xscale("log", base=2)
+    sizes = sorted({r["batch_size"] for r in rows})
+    ax.set_xticks(sizes, [str(b) for b in sizes])
+    ax.set_yscale("log")
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=100)
+    return ""
+
+
+def _plot_errors(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
+    rows = _rows(con, f"""
+        SELECT dtype, max_abs FROM checks
+        WHERE run_id = $run_id AND kind = 'cpu_reference' AND output IN {HEAD_OUTPUTS} AND isfinite(max_abs)
+        ORDER BY {dtype_order()}""", run_id).to_pylist()
+    if not any(r["max_abs"] > 0 for r in rows):
+        return "no card-vs-CPU error to draw on a log scale" + (" (every card matched the CPU exactly)" if rows else "")
+    fig, ax = _new_axes("Card against CPU: max_abs of the head output per check", "dtype", "max_abs (log)")
+    labels = []
+    for x, (key, points) in enumerate(_series(rows, ("dtype",)).items()):
+        errors = np.array([p["max_abs"] for p in points])
+        positive = errors[errors > 0]
+        # Exact matches have no place on a log axis: they are counted in the label instead.
+        labels.append(f"{key[0]}\n{len(errors) - len(positive)} of {len(errors)} exact")
+        if positive.size:
+            ax.boxplot(positive, positions=[x], widths=0.5, showfliers=False)
+            ax.plot(x + np.linspace(-0.15, 0.15, positive.size), positive, "o", alpha=0.6, color=f"C{x % 10}")
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(labels)), labels)
+    fig.savefig(path, dpi=100)
+    return ""
+
+
+def _series(rows: list[dict[str, object]], key: tuple[str, ...]) -> dict[tuple[object, ...], list[dict[str, object]]]:
+    """Rows grouped by `key`, in the order the (sorted) rows come."""
+    groups: dict[tuple[object, ...], list[dict[str, object]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row[k] for k in key), []).append(row)
+    return groups
+
+
+PLOTS: list[tuple[str, str, Callable[[duckdb.DuckDBPyConnection, str, Path], str]]] = [
+    ("Decisions/s against cards", "throughput.png", _plot_throughput),
+    ("Latency against batch size", "latency.png", _plot_latency),
+    ("Card-vs-CPU error per dtype", "errors.png", _plot_errors),
+]
+
+
+def draw_plots(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> list[Plot]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = []
+    for title, file, draw in PLOTS:
+        path = out_dir / file
+        path.unlink(missing_ok=True)  # never leave an older run's plot beside this run's page
+        plots.append(Plot(title, file, draw(con, run_id, path)))
+    return plots
+
+
+# ---- HTML --------------------------------------------------------------------------------------
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+th { background: #f0f0f0; }
+td.fail, h1.fail { color: #b00020; font-weight: bold; }
+td.pass, h1.pass { color: #1b5e20; }
+table.facts th { background: none; border: none; }
+table.facts td { border: none; }
+.note { color: #666; font-style: italic; }
+img { max-width: 100%; border: 1px solid #ddd; }
+"""
+
+
+def html_table(table: pa.Table) -> str:
+    head = "".join(f"<th>{html.escape(n)}</th>" for n in table.column_names)
+    body = []
+    for row in table.to_pylist():
+        cells = []
+        for value in map(_cell, row.values()):
+            cls = ' class="fail"' if value.startswith("FAIL") else ' class="pass"' if value == "PASS" else ""
+            cells.append(f"<td{cls}>{html.escape(value)}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def write_html(report: Report, plots: list[Plot], out_dir: Path) -> Path:
+    """One self-contained page: inline style, images referenced beside it, nothing from the network."""
+    verdict = "fail" if report.failed else "pass"
+    facts = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in report.facts)
+    parts = [
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>harness report {html.escape(report.run_id)}</title>',
+        f"<style>{STYLE}</style></head><body>",
+        f'<h1 class="{verdict}">{html.escape(headline(report))}</h1>',
+        f'<table class="facts">{facts}</table>',
+    ]
+    for section in report.sections:
+        parts.append(f"<h2>{html.escape(section.title)}</h2>")
+        parts.append(html_table(section.table) if section.table.num_rows else f'<p class="note">{html.escape(section.empty_note)}</p>')
+    parts.append("<h2>Plots</h2>")
+    for plot in plots:
+        if plot.note:
+            parts.append(f'<h3>{html.escape(plot.title)}</h3><p class="note">skipped: {html.escape(plot.note)}</p>')
+        else:
+            parts.append(f'<figure><img src="{html.escape(plot.file)}" alt="{html.escape(plot.title)}"><figcaption>{html.escape(plot.title)}</figcaption></figure>')
+    parts.append("</body></html>\n")
+    page = out_dir / PAGE
+    page.write_text("\n".join(parts), encoding="utf-8")
+    return page

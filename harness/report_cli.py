@@ -1,0 +1,59 @@
+"""`harness report [RUN_ID] [--out DIR]` and `harness report --compare RUN_A RUN_B`.
+
+Exit codes follow the rest of the command line: 1 when the run reported has a failed check (or
+when B regressed against A), 0 otherwise, 2 for bad input such as an unknown run id.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "report",
+        help="what a run found: verdicts, failed checks, precision; plots and an HTML page with --out",
+        description="Report one run (the latest by default) in the terminal; with --out also PNG plots and a static "
+        "HTML page. With --compare, what got worse from RUN_A to RUN_B. Exit 1 when the run has a failed check "
+        "(or B regressed), 0 otherwise.",
+    )
+    parser.add_argument("run_id", nargs="?", metavar="RUN_ID", help="run to report, or a unique prefix of its id (default: the latest started)")
+    parser.add_argument("--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)")
+    parser.add_argument("--out", metavar="DIR", help="write PNG plots and report.html into DIR")
+    parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="show what got worse from RUN_A to RUN_B")
+    parser.add_argument("--error-factor", type=float, default=2.0, help="with --compare: flag max_abs that grew more than this factor (default: 2)")
+    parser.add_argument("--drop-percent", type=float, default=10.0, help="with --compare: flag decisions/s that dropped more than this (default: 10)")
+    parser.set_defaults(func=cmd_report)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from harness.errors import UsageError
+    from harness.tables import connect, require_results, resolve_run
+
+    results = Path(args.results)
+    require_results(results)
+    if args.compare and (args.run_id or args.out):
+        raise UsageError("--compare RUN_A RUN_B takes no RUN_ID and no --out")
+    with connect(results) as con:
+        if args.compare:
+            from harness.compare_runs import Thresholds, compare_runs, print_diff
+
+            thresholds = Thresholds(args.error_factor, args.drop_percent)
+            diff = compare_runs(con, resolve_run(con, args.compare[0]), resolve_run(con, args.compare[1]), thresholds)
+            print_diff(diff, sys.stdout)
+            return 1 if diff.regressed else 0
+
+        from harness.report import build_report, draw_plots, print_report, write_html
+
+        report = build_report(con, resolve_run(con, args.run_id))
+        print_report(report, sys.stdout)
+        if args.out:
+            out_dir = Path(args.out)
+            plots = draw_plots(con, report.run_id, out_dir)
+            for plot in plots:
+                if plot.note:
+                    print(f"plot {plot.file} skipped: {plot.note}")
+            print(f"\nwrote {write_html(report, plots, out_dir)}")
+        return 1 if report.failed else 0

@@ -1,0 +1,148 @@
+"""Reading results back: one DuckDB view per table, and pyarrow (or pandas) Tables for Python.
+
+Every view has the full column set of `harness.results.SCHEMAS` plus `run_id` (VARCHAR, taken
+from the hive partition path), even when a table has no files yet: a results folder that holds
+only `bench`, or only a sweep, answers every query that names the other tables with no rows.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+
+from harness.errors import UsageError
+from harness.results import SCHEMAS, TABLES
+
+if TYPE_CHECKING:
+    import pandas
+
+
+def table_schema(name: str) -> pa.Schema:
+    """A view's columns: run_id first, as DESIGN.md lists them, then the row dataclass's fields."""
+    return pa.schema([pa.field("run_id", pa.string()), *SCHEMAS[name]])
+
+
+def parquet_files(results: Path, name: str) -> list[Path]:
+    # Only the committed files: `.staging` lives beside the tables, and in-flight writes are
+    # hidden `.part-0.parquet.<uuid>.tmp` names that do not end in `.parquet`.
+    return sorted((results / name).glob("run_id=*/*.parquet"))
+
+
+def require_results(results: Path) -> None:
+    """A folder with no committed Parquet at all is a mistake worth one clear line."""
+    if not results.is_dir():
+        raise UsageError(f"results folder {results} does not exist (run `harness sweep --results {results}` first, or pass --results DIR)")
+    if not any(parquet_files(results, name) for name in TABLES):
+        raise UsageError(f"results folder {results} holds no results (run `harness sweep --results {results}` first)")
+
+
+def _sql_text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def connect(results: str | Path = "results") -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`.
+
+    Files are listed here rather than globbed by DuckDB so that a results path holding `*`, `?`
+    or `[` is read literally. The empty typed table under each view fixes its columns and types:
+    files written by an older harness that lack a column still union into the full set.
+    """
+    results = Path(results)
+    con = duckdb.connect()
+    for name in TABLES:
+        con.register(f"_{name}_schema", table_schema(name).empty_table())
+        source = f"SELECT * FROM _{name}_schema"
+        files = parquet_files(results, name)
+        if files:
+            listed = ", ".join(_sql_text(str(f)) for f in files)
+            source += (
+                f" UNION ALL BY NAME SELECT * FROM read_parquet([{listed}], hive_partitioning = true,"
+                " hive_types = {'run_id': 'VARCHAR'}, union_by_name = true)"
+            )
+        con.sql(f"CREATE VIEW {name} AS {source}")
+    return con
+
+
+def sql_error_line(exc: duckdb.Error) -> str:
+    """DuckDB's message cut to one line, with a useful hint for an unknown table."""
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    missing = re.search(r"Table with name (\S+) does not exist", message)
+    if missing:
+        return f"unknown table {missing.group(1)}; the tables are {', '.join(TABLES)}"
+    return message
+
+
+def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
+    """Run one user statement and return its rows; a bad statement is a UsageError."""
+    try:
+        relation = con.sql(sql)
+        return relation.to_arrow_table() if relation is not None else pa.table({})
+    except duckdb.Error as exc:
+        raise UsageError(sql_error_line(exc)) from None
+
+
+def check_table_name(name: str) -> None:
+    if name not in TABLES:
+        close = difflib.get_close_matches(name, TABLES, n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UsageError(f"unknown table {name!r}: {hint}available: {', '.join(TABLES)}")
+
+
+def load_table(name: str, results: str | Path = "results", run_id: str | None = None) -> pa.Table:
+    """One table of a results folder as a pyarrow Table, all runs or only `run_id`.
+
+    A table with no files yet comes back empty with its full schema.
+    """
+    check_table_name(name)
+    if not Path(results).is_dir():
+        raise UsageError(f"results folder {results} does not exist")
+    with connect(results) as con:
+        if run_id is None:
+            return con.sql(f"SELECT * FROM {name}").to_arrow_table()
+        return con.sql(f"SELECT * FROM {name} WHERE run_id = $run_id", params={"run_id": run_id}).to_arrow_table()
+
+
+def load_dataframe(name: str, results: str | Path = "results", run_id: str | None = None) -> pandas.DataFrame:
+    """`load_table` as a pandas DataFrame; pandas is optional and not installed with harness."""
+    try:
+        import pandas  # noqa: F401
+    except ImportError:
+        raise ImportError("load_dataframe needs pandas, which is not installed: `pip install pandas`, or use load_table for a pyarrow Table") from None
+    return load_table(name, results, run_id).to_pandas()
+
+
+def run_ids(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every run in the folder, latest first by `runs.started_at`; runs with no `runs` row last."""
+    rows = con.sql(
+        """
+        SELECT run_id, max(try_cast(started_at AS TIMESTAMPTZ)) AS started FROM (
+            SELECT run_id, started_at FROM runs
+            UNION ALL SELECT run_id, NULL FROM checks
+            UNION ALL SELECT run_id, NULL FROM episodes
+            UNION ALL SELECT run_id, NULL FROM bench)
+        GROUP BY run_id ORDER BY started DESC NULLS LAST, run_id DESC
+        """
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def resolve_run(con: duckdb.DuckDBPyConnection, run_id: str | None) -> str:
+    """The latest run when none is named; else the run named, or the only one it is a prefix of."""
+    ids = run_ids(con)
+    if not ids:
+        raise UsageError("the results folder holds no runs")
+    if run_id is None:
+        return ids[0]
+    if run_id in ids:
+        return run_id
+    prefixed = [i for i in ids if i.startswith(run_id)]
+    if len(prefixed) == 1:
+        return prefixed[0]
+    if prefixed:
+        raise UsageError(f"run id prefix {run_id!r} matches {len(prefixed)} runs: {', '.join(prefixed[:5])}")
+    raise UsageError(f"unknown run id {run_id!r}; latest runs: {', '.join(ids[:5])}")
