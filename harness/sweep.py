@@ -22,7 +22,7 @@ import ray
 from harness import __version__
 from harness.cluster import Placement, card_count, connect, describe_actors, place
 from harness.config import SweepConfig
-from harness.devices import Kind, resolve_accelerator
+from harness.devices import resolve_accelerator
 from harness.errors import UsageError
 from harness.compare import TOLERANCES
 from harness.faults import parse_faults

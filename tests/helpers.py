@@ -22,6 +22,16 @@ def harness(*args: str, timeout: float = 300, env: dict[str, str] | None = None)
     )
 
 
+def assert_usage_error(proc: subprocess.CompletedProcess[str], *words: str) -> None:
+    """Exit 2 with one line on stderr, no traceback, naming what was wrong."""
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("harness: error: "), proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
 def read_table(results: Path, table: str) -> pa.Table:
     return ds.dataset(results / table, format="parquet", partitioning="hive").to_table()
 

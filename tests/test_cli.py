@@ -9,14 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.helpers import REPO, harness
-
-
-def _one_line_error(proc, expected: str) -> None:
-    assert proc.returncode == 2, proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("harness: error: ") and expected in lines[0], proc.stderr
+from tests.helpers import REPO, assert_usage_error, harness
 
 
 def test_help_lists_the_subcommands() -> None:
@@ -49,21 +42,21 @@ def test_info_json() -> None:
     ],
 )
 def test_bad_sweep_input_is_exit_2(args: list[str], expected: str, tmp_path: Path) -> None:
-    _one_line_error(harness("sweep", *args, "--results", str(tmp_path)), expected)
+    assert_usage_error(harness("sweep", *args, "--results", str(tmp_path)), expected)
     assert not (tmp_path / "runs").exists(), "nothing written for a refused sweep"
 
 
 def test_bad_policy_files_are_exit_2_naming_the_file(tmp_path: Path) -> None:
     not_zip = tmp_path / "policy.zip"
     not_zip.write_text("hello")
-    _one_line_error(harness("sweep", "--policy", str(not_zip)), f"{not_zip}:")
+    assert_usage_error(harness("sweep", "--policy", str(not_zip)), f"{not_zip}:")
     no_pth = tmp_path / "empty.zip"
     with zipfile.ZipFile(no_pth, "w") as z:
         z.writestr("data", "{}")
-    _one_line_error(harness("sweep", "--policy", str(no_pth)), f"{no_pth}:")
+    assert_usage_error(harness("sweep", "--policy", str(no_pth)), f"{no_pth}:")
     bad_onnx = tmp_path / "bad.onnx"
     bad_onnx.write_bytes(b"\x08\x07garbage")
-    _one_line_error(harness("export-onnx", str(bad_onnx), str(tmp_path / "out.onnx")), f"{bad_onnx}:")
+    assert_usage_error(harness("export-onnx", str(bad_onnx), str(tmp_path / "out.onnx")), f"{bad_onnx}:")
 
 
 def test_config_file_is_read_and_flags_win(tmp_path: Path) -> None:
@@ -75,7 +68,7 @@ def test_config_file_is_read_and_flags_win(tmp_path: Path) -> None:
     config = config_from_args(build_parser().parse_args(["sweep", "--config", str(toml), "--episodes", "3"]))
     assert (config.policies, config.dtypes, config.episodes) == (["cartpole"], ["float16"], 3)
     toml.write_text("colour = 'blue'\n")
-    _one_line_error(harness("sweep", "--config", str(toml)), "unknown keys colour")
+    assert_usage_error(harness("sweep", "--config", str(toml)), "unknown keys colour")
 
 
 def test_export_onnx_command(tmp_path: Path) -> None:
@@ -105,4 +98,4 @@ def test_onnx_with_wrong_shapes_is_exit_2(cases: Path, tmp_path: Path) -> None:
     init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(wrong), init.name))
     bad = tmp_path / "wrong-shapes.onnx"
     onnx.save(model, bad)
-    _one_line_error(harness("sweep", "--policy", str(bad), "--results", str(tmp_path)), f"{bad}:")
+    assert_usage_error(harness("sweep", "--policy", str(bad), "--results", str(tmp_path)), f"{bad}:")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -19,7 +18,7 @@ import pytest
 from harness.errors import UsageError
 from harness.results import SCHEMAS, TABLES, BenchRow, write_rows
 from harness.tables import load_dataframe, load_table
-from tests.helpers import harness
+from tests.helpers import assert_usage_error, harness
 
 CLEAN = "t-clean"
 SWEEP = ("sweep", "--policy", "cartpole", "--dtypes", "float32,bfloat16", "--episodes", "1", "--batch-sizes", "1,8", "--no-progress")
@@ -39,15 +38,6 @@ def bench_row(**changes: object) -> BenchRow:
     for name, value in changes.items():
         setattr(row, name, value)
     return row
-
-
-def assert_usage_error(proc: subprocess.CompletedProcess[str], *words: str) -> None:
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("harness: error: "), proc.stderr
-    for word in words:
-        assert word in lines[0]
 
 
 @pytest.fixture(scope="module")

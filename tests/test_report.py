@@ -14,8 +14,8 @@ import matplotlib.image
 import pytest
 
 from harness.results import CheckRow, write_rows
-from tests.helpers import harness
-from tests.test_query import CLEAN, assert_usage_error, bench_row, sweep_once
+from tests.helpers import assert_usage_error, harness
+from tests.test_query import CLEAN, bench_row, sweep_once
 
 FAULTY = "t-perturbed"
 SLOWER = "t-bench-slower"  # a bench-only run whose throughput is half the clean run's
