@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -30,21 +32,58 @@ def _visible_parquet(results: Path) -> list[Path]:
     return [p for p in results.rglob("*.parquet") if ".staging" not in p.parts]
 
 
-def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def clean_verdicts(tmp_path_factory: pytest.TempPathFactory) -> set[tuple]:
+    """The verdicts of the same sweep, uninterrupted."""
+    clean = tmp_path_factory.mktemp("clean")
+    proc = harness("sweep", *ARGS, "--results", str(clean))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return _verdicts(clean)
+
+
+def _start_sweep(results: Path, run_id: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness", "sweep", *ARGS, "--results", str(results), "--run-id", run_id],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_for_units(driver: subprocess.Popen, staging: Path, n: int) -> None:
+    deadline = time.monotonic() + 180
+    while len(list(staging.glob("*.done"))) < n:
+        assert driver.poll() is None, "the sweep ended before the fault could be injected"
+        assert time.monotonic() < deadline, "no unit finished in time"
+        time.sleep(0.1)
+
+
+def _kill_group(pid: int) -> None:
+    """The driver's whole session: the local Ray it started dies with it, whatever happened."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def test_card_actor_killed_by_pid_is_restarted_and_the_verdicts_hold(tmp_path: Path, clean_verdicts: set[tuple]) -> None:
+    driver = _start_sweep(tmp_path, "card-killed")
+    try:
+        _wait_for_units(driver, tmp_path / ".staging" / "card-killed", 1)
+        pids = subprocess.run(["pgrep", "-s", str(driver.pid), "-f", "ray::PolicyActor"], capture_output=True, text=True).stdout.split()
+        assert pids, "a card actor process to kill"
+        os.kill(int(pids[-1]), signal.SIGKILL)
+        out, err = driver.communicate(timeout=300)
+    finally:
+        _kill_group(driver.pid)
+    assert driver.returncode == 0, out[-2000:] + err[-3000:]
+    assert _verdicts(tmp_path) == clean_verdicts
+
+
+def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(tmp_path: Path, clean_verdicts: set[tuple]) -> None:
     killed = tmp_path / "killed"
-    driver = subprocess.Popen([sys.executable, "-m", "harness", "sweep", *ARGS, "--results", str(killed), "--run-id", "victim"],
-                              cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    driver = _start_sweep(killed, "victim")
     staging = killed / ".staging" / "victim"
     try:
-        deadline = time.monotonic() + 180
-        while len(list(staging.glob("*.done"))) < 3:
-            assert driver.poll() is None, "the sweep ended before it could be killed"
-            assert time.monotonic() < deadline, "no unit finished in time"
-            time.sleep(0.2)
+        _wait_for_units(driver, staging, 3)
         os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=30)
     finally:
-        os.killpg(driver.pid, signal.SIGKILL)  # the local Ray the driver started, too
+        _kill_group(driver.pid)
 
     # Every visible file is whole; the run says it did not finish; no checks are published yet.
     for path in _visible_parquet(killed):
@@ -58,14 +97,10 @@ def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(tmp_
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     [run] = read_table(killed, "runs").to_pylist()
     assert run["status"] == "passed"
-    import json
-
     summary = json.loads(run["summary"])
     assert summary["resumed_units"] >= len(done_before) and summary["resumed_units"] < summary["units"]
 
-    clean = tmp_path / "clean"
-    assert harness("sweep", *ARGS, "--results", str(clean)).returncode == 0
-    assert _verdicts(killed) == _verdicts(clean), "resumed verdicts equal an uninterrupted run's"
+    assert _verdicts(killed) == clean_verdicts, "resumed verdicts equal an uninterrupted run's"
 
 
 def test_resume_of_a_finished_or_unknown_run_is_exit_2(tmp_path: Path) -> None:
