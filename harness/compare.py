@@ -137,24 +137,8 @@ def compare_bitwise(a: np.ndarray, b: np.ndarray) -> Comparison:
     a, b = np.asarray(a), np.asarray(b)
     _check_pair(a, b)
     same = _same_bits(a, b)
-    ulp = _ulp_distance(a, b)
-    m = _measure(_as_float64(a), _as_float64(b))
     equal = bool(same.all())
-    return Comparison(
-        passed=equal,
-        bitwise_equal=equal,
-        n_elements=int(a.size),
-        n_mismatch=int(np.count_nonzero(~same)),
-        max_ulp=_max_int(ulp),
-        max_abs=m.max_abs,
-        mean_abs=m.mean_abs,
-        max_rel=m.max_rel,
-        cosine=m.cosine,
-        atol=None,
-        rtol=None,
-        min_cos=None,
-        detail="" if equal else _first_mismatch(a, b, same, ulp),
-    )
+    return _comparison(a, b, same, _measure(_as_float64(a), _as_float64(b)), None, equal, "" if equal else _first_mismatch(a, b, same, _ulp_distance(a, b)))
 
 
 def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Comparison:
@@ -162,7 +146,6 @@ def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance)
     actual, reference = np.asarray(actual), np.asarray(reference)
     _check_pair(actual, reference)
     same = _same_bits(actual, reference)
-    ulp = _ulp_distance(actual, reference)
     act64, ref64 = _as_float64(actual), _as_float64(reference)
     m = _measure(act64, ref64)
 
@@ -174,20 +157,25 @@ def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance)
         if not m.cosine >= tol.min_cos:
             reasons.append(f"cosine {m.cosine:.9g} < min_cos {tol.min_cos:g}")
 
+    return _comparison(actual, reference, same, m, tol, not reasons, "; ".join(reasons))
+
+
+def _comparison(a: np.ndarray, b: np.ndarray, same: np.ndarray, m: _Measures, tol: Tolerance | None, passed: bool, detail: str) -> Comparison:
+    """The record of a bitwise or tolerance verdict: what was measured next to what judged it."""
     return Comparison(
-        passed=not reasons,
+        passed=passed,
         bitwise_equal=bool(same.all()),
-        n_elements=int(actual.size),
+        n_elements=int(a.size),
         n_mismatch=int(np.count_nonzero(~same)),
-        max_ulp=_max_int(ulp),
+        max_ulp=_max_int(_ulp_distance(a, b)),
         max_abs=m.max_abs,
         mean_abs=m.mean_abs,
         max_rel=m.max_rel,
         cosine=m.cosine,
-        atol=tol.atol,
-        rtol=tol.rtol,
-        min_cos=tol.min_cos,
-        detail="; ".join(reasons),
+        atol=tol.atol if tol else None,
+        rtol=tol.rtol if tol else None,
+        min_cos=tol.min_cos if tol else None,
+        detail=detail,
     )
 
 

@@ -11,6 +11,8 @@ on the returns, with the first step where the trajectories part in `detail` and 
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import numpy as np
 
 from harness.compare import TOLERANCES, Comparison, Tolerance, compare_bitwise, compare_decisions, compare_tolerance
@@ -28,29 +30,10 @@ Outputs = dict[str, np.ndarray]
 
 
 def check_row(unit: Unit, output: str, kind: str, device_a: str, device_b: str, result: Comparison) -> CheckRow:
+    """Where the comparison was made (unit, output, devices) beside what it measured and judged."""
     return CheckRow(
-        unit_id=unit.unit_id,
-        policy=unit.policy,
-        dtype=unit.dtype,
-        workload=unit.workload,
-        output=output,
-        kind=kind,
-        device_a=device_a,
-        device_b=device_b,
-        input_sha256=unit.work.input_sha256,
-        bitwise_equal=result.bitwise_equal,
-        n_elements=result.n_elements,
-        n_mismatch=result.n_mismatch,
-        max_ulp=result.max_ulp,
-        max_abs=result.max_abs,
-        mean_abs=result.mean_abs,
-        max_rel=result.max_rel,
-        cosine=result.cosine,
-        atol=result.atol,
-        rtol=result.rtol,
-        min_cos=result.min_cos,
-        passed=result.passed,
-        detail=result.detail,
+        unit_id=unit.unit_id, policy=unit.policy, dtype=unit.dtype, workload=unit.workload, output=output, kind=kind,
+        device_a=device_a, device_b=device_b, input_sha256=unit.work.input_sha256, **asdict(result),
     )
 
 
