@@ -6,8 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from harness.errors import UsageError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that reports a usage mistake in one line, like every other error of ours."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def cmd_info(args: argparse.Namespace) -> int:
@@ -39,7 +47,7 @@ def cmd_export_onnx(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from harness.config import add_sweep_arguments
 
-    parser = argparse.ArgumentParser(prog="harness", description="Prove an accelerator port of an RL policy right, and measure its speed.")
+    parser = Parser(prog="harness", description="Prove an accelerator port of an RL policy right, and measure its speed.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     info = sub.add_parser("info", help="versions, accelerators found, Ray resources")

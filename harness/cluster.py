@@ -94,6 +94,33 @@ def describe_cluster() -> str:
     return f"cluster resources: {total} on {nodes} node(s)"
 
 
+def reserve(kind: Kind, n_cards: int, strategy: str, cpu_bundle: bool) -> PlacementGroup:
+    """A placement group with one bundle per card (and one CPU bundle for the reference), or a
+    UsageError within PLACEMENT_TIMEOUT_S that lists what the cluster has."""
+    resource = RAY_RESOURCE[kind]
+    bundles = [{resource: 1.0} for _ in range(n_cards)] + ([{"CPU": 1.0}] if cpu_bundle else [])
+    group = placement_group(bundles, strategy=strategy)
+    if not ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)[0]:
+        remove_placement_group(group)
+        what = f"{n_cards} {resource} card(s)" + (" and 1 CPU" if cpu_bundle else "")
+        raise UsageError(f"could not place {what} ({strategy}) within {PLACEMENT_TIMEOUT_S:.0f} s; {describe_cluster()}")
+    return group
+
+
+def card_options(kind: Kind, group: PlacementGroup, position: int, env: dict[str, str], restarts: int = 0) -> dict[str, object]:
+    """Ray options of the actor for card `position`: the card's resource and no CPU of its own
+    (else the reference never schedules on small machines), pinned to its bundle."""
+    card = {"num_gpus": 1} if kind == "cuda" else {"resources": {RAY_RESOURCE[kind]: 1}}
+    return {
+        "num_cpus": 0,
+        **card,
+        "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=position),
+        "max_restarts": restarts,
+        "max_task_retries": restarts,
+        "runtime_env": {"env_vars": BASE_ENV | env},
+    }
+
+
 def place(
     config: SweepConfig,
     kind: Kind,
@@ -105,46 +132,33 @@ def place(
     from actors.policy_actor import PolicyActor
     from actors.reference_actor import ReferenceActor
 
-    resource = RAY_RESOURCE[kind]
-    group = placement_group([{resource: 1.0} for _ in range(n_cards)] + [{"CPU": 1.0}], strategy=config.placement)
-    ready, _ = ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)
-    if not ready:
-        remove_placement_group(group)
-        raise UsageError(
-            f"could not place {n_cards} {resource} card(s) and 1 CPU ({config.placement}) within {PLACEMENT_TIMEOUT_S:.0f} s; {describe_cluster()}"
-        )
+    group = reserve(kind, n_cards, config.placement, cpu_bundle=True)
     names = list(policies)
     cards = []
     for position in range(n_cards):
         mine = [f for f in faults if f.card == position]
-        card_resources = {"num_gpus": 1} if kind == "cuda" else {"resources": {resource: 1}}
-        actor = ray.remote(PolicyActor).options(
-            num_cpus=0,
-            **card_resources,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=position),
-            max_restarts=CARD_MAX_RESTARTS,
-            max_task_retries=CARD_MAX_RESTARTS,
-            runtime_env={"env_vars": BASE_ENV | env_vars(mine)},
-        )
+        actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), CARD_MAX_RESTARTS))
         cards.append(actor.remote(kind, position, names, config.threads, mine, str(crash_dir / f"card{position}.crashed")))
     reference = ray.remote(ReferenceActor).options(
         num_cpus=1,
         scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
         runtime_env={"env_vars": dict(BASE_ENV)},
     ).remote(names, config.threads)
-    return Placement(group, cards, reference, resource)
+    return Placement(group, cards, reference, RAY_RESOURCE[kind])
+
+
+def wait_described(actors: list[ray.actor.ActorHandle]) -> list[dict[str, object]]:
+    """Wait for actors to start; one that cannot open its card is a UsageError with its reason."""
+    try:
+        return ray.get([a.describe.remote() for a in actors])
+    except ray.exceptions.RayActorError as exc:
+        cause = str(getattr(exc, "cause", None) or exc).strip()
+        raise UsageError(f"a card actor failed to start: {cause.splitlines()[-1] if cause else type(exc).__name__}") from None
 
 
 def describe_actors(placement: Placement, policies: dict[str, PolicyNet]) -> tuple[list[dict[str, object]], dict[str, object]]:
-    """Wait for every actor to start; an actor that cannot open its card or loaded other bytes
-    than the driver is a UsageError."""
-    try:
-        cards = ray.get([c.describe.remote() for c in placement.cards])
-        reference = ray.get(placement.reference.describe.remote())
-    except ray.exceptions.RayActorError as exc:
-        cause = getattr(exc, "cause", None) or exc
-        message = str(cause).strip().splitlines()[-1] if str(cause).strip() else type(cause).__name__
-        raise UsageError(f"a card actor failed to start: {message}") from None
+    """Every actor's description; an actor that loaded other bytes than the driver is a UsageError."""
+    *cards, reference = wait_described([*placement.cards, placement.reference])
     expected = {name: p.info.sha256 for name, p in policies.items()}
     for actor in [*cards, reference]:
         if actor["policies"] != expected:

@@ -79,7 +79,7 @@ def config_from_args(args: argparse.Namespace) -> SweepConfig:
     for f in dataclasses.fields(SweepConfig):
         if f.name in vars(args):
             raw = getattr(args, f.name)
-            values[f.name] = _split_csv(raw, f.metadata.get("type", str)) if f.metadata["kind"] == "csv" else raw
+            values[f.name] = split_csv(raw, f.metadata.get("type", str)) if f.metadata["kind"] == "csv" else raw
     return validate(SweepConfig(**values))
 
 
@@ -97,7 +97,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return data
 
 
-def _split_csv(raw: str, type_: type) -> list[Any]:
+def split_csv(raw: str, type_: type) -> list[Any]:
     try:
         return [type_(part.strip()) for part in raw.split(",") if part.strip()]
     except ValueError:

@@ -10,11 +10,9 @@ import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before
 
 import json
 import platform
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import ray
@@ -29,6 +27,7 @@ from harness.faults import parse_faults
 from harness.localize import first_divergent_layer, layer_modules
 from harness.plan import BatchWork, Unit, plan_units
 from harness.policies import PolicyNet, load_policy
+from harness.provenance import describe_policies, git_revision, now, torch_version
 from harness.results import STAGING, CheckRow, EpisodeRow, RunRow, RunWriter, new_run_id, read_run, table_dir
 from harness.summary import print_summary
 from harness.verdicts import error_row, judge_batch, judge_episodes
@@ -57,7 +56,7 @@ class SweepOutcome:
 
 def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
     timings = Timings()
-    started = _now()
+    started = now()
     if config.resume:
         config, started = resume_config(config)
     t = time.perf_counter()
@@ -78,9 +77,9 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         timings.startup_s = time.perf_counter() - t
         run_row = RunRow(
             started_at=started, finished_at=None, status="running", accelerator=kind, n_cards=n_cards,
-            devices=json.dumps(cards + [reference]), harness_version=__version__, torch_version=_torch_version(),
+            devices=json.dumps(cards + [reference]), harness_version=__version__, torch_version=torch_version(),
             ray_version=ray.__version__, config_json=config.to_json(), faults=",".join(map(str, faults)),
-            git_revision=_git_revision(), hostname=platform.node(), policies=_describe_policies(policies),
+            git_revision=git_revision(), hostname=platform.node(), policies=describe_policies(policies),
             command=command, summary="",
         )
         writer.write_run(run_row)
@@ -93,7 +92,7 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
     checks, _ = writer.finish()
     passed = bool(checks.num_rows) and all(checks.column("passed").to_pylist())
     status = "passed" if passed else "failed"
-    run_row.finished_at, run_row.status = _now(), status
+    run_row.finished_at, run_row.status = now(), status
     run_row.summary = json.dumps({"units": len(units), "resumed_units": len(units) - len(todo), "dead_cards": dead,
                                   "timings_s": {k: round(v, 3) for k, v in vars(timings).items() if isinstance(v, float)}})
     writer.write_run(run_row)
@@ -230,31 +229,6 @@ def _localize_failures(placement: Placement, labels: list[str], policy: PolicyNe
                 row.detail = f"{row.detail}; {note}" if row.detail else note
 
 
-def _describe_policies(policies: dict[str, PolicyNet]) -> str:
-    return json.dumps([
-        {"name": k, "source": p.info.source, "sha256": p.info.sha256, "synthetic": p.info.synthetic, "detail": p.info.detail}
-        for k, p in policies.items()
-    ])
-
-
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
-
-
-def _git_revision() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent)
-        return out.stdout.strip() if out.returncode == 0 else ""
-    except (OSError, subprocess.TimeoutExpired):
-        return ""

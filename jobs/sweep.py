@@ -6,7 +6,6 @@ of the working directory, so `--results` must be an absolute path that outlives 
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -15,13 +14,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from harness.cli import cmd_sweep  # noqa: E402
+from harness.cli import Parser, cmd_sweep  # noqa: E402
 from harness.config import add_sweep_arguments  # noqa: E402
 from harness.errors import UsageError  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="jobs/sweep.py", description="harness sweep, as a Ray job")
+    parser = Parser(prog="jobs/sweep.py", description="harness sweep, as a Ray job")
     add_sweep_arguments(parser)
     args = parser.parse_args(argv)
     try:

@@ -99,3 +99,9 @@ def test_onnx_with_wrong_shapes_is_exit_2(cases: Path, tmp_path: Path) -> None:
     bad = tmp_path / "wrong-shapes.onnx"
     onnx.save(model, bad)
     assert_usage_error(harness("sweep", "--policy", str(bad), "--results", str(tmp_path)), f"{bad}:")
+
+
+def test_unknown_flag_is_one_line_exit_2() -> None:
+    proc = harness("sweep", "--bogus")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == ["harness: error: unrecognized arguments: --bogus (see harness --help)"]

@@ -1,0 +1,33 @@
+"""Benchmarks: each measures two things side by side in one run and prints their ratio against
+its target. Run them all with `python -m benchmarks`, or some by name:
+`python -m benchmarks timer_overhead card_scaling`. Numbers depend on the machine and its load;
+tests never assert them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Comparison:
+    name: str
+    measured: dict[str, str]  # label -> the measured number, formatted with its unit
+    ratio: float
+    ratio_label: str  # what the ratio is, e.g. "harness / SB3 steps/s"
+    target: float
+    higher_is_better: bool = True
+    notes: str = ""
+
+    @property
+    def met(self) -> bool:
+        return self.ratio >= self.target if self.higher_is_better else self.ratio < self.target
+
+    def render(self) -> str:
+        width = max(map(len, self.measured))
+        lines = [f"== {self.name}"]
+        lines += [f"   {label:<{width}}  {value}" for label, value in self.measured.items()]
+        relation = ">=" if self.higher_is_better else "<"
+        lines.append(f"   {self.ratio_label}: {self.ratio:.3g} (target {relation} {self.target:g}): {'MET' if self.met else 'NOT MET'}")
+        if self.notes:
+            lines.append(f"   {self.notes}")
+        return "\n".join(lines)
