@@ -40,6 +40,13 @@ def test_two_nodes_one_card_each(two_nodes, tmp_path: Path) -> None:
     assert checks.num_rows > 0 and all(checks.column("passed").to_pylist())
 
 
+def test_info_lists_the_cluster_resources(two_nodes) -> None:
+    proc = harness("info", "--json", "--address", two_nodes.address)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ray_info = json.loads(proc.stdout)["ray"]
+    assert ray_info["nodes"] == 2 and ray_info["resources"]["NPU"] == 2.0
+
+
 def test_too_few_cards_fails_at_once_listing_what_the_cluster_has(two_nodes, tmp_path: Path) -> None:
     from harness.sweep import run_sweep
 
