@@ -156,8 +156,12 @@ class RunWriter:
         self.results = results
         self.run_id = run_id
         self.staging = results / STAGING / run_id
-        # Exists from the start: a run killed before its first unit can still be resumed.
+
+    def begin(self, row: RunRow) -> None:
+        """The run's first `runs` row. From here on the staging exists: a run killed before its
+        first unit can still be resumed, and a sweep refused before this leaves nothing behind."""
         self.staging.mkdir(parents=True, exist_ok=True)
+        self.write_run(row)
 
     def write_run(self, row: RunRow) -> None:
         write_rows(self.results, "runs", self.run_id, [row])

@@ -72,7 +72,7 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
     connect(config.address, kind, config.cards)
     try:
         n_cards = card_count(kind, config.cards)
-        placement = place(config, kind, n_cards, policies, faults, results / ".staging" / run_id / "faults")
+        placement = place(config, kind, n_cards, policies, faults, writer.staging / "faults")
         cards, reference = describe_actors(placement, policies)
         timings.startup_s = time.perf_counter() - t
         run_row = RunRow(
@@ -82,7 +82,7 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
             git_revision=git_revision(), hostname=platform.node(), policies=describe_policies(policies),
             command=command, summary="",
         )
-        writer.write_run(run_row)
+        writer.begin(run_row)
         labels = [str(c["label"]) for c in cards]
         dead = _fan_out_and_judge(placement, labels, policies, todo, writer, timings, config.progress)
     finally:

@@ -74,3 +74,11 @@ def test_no_cluster_at_address_is_exit_2_within_30_s(tmp_path: Path) -> None:
     lines = proc.stderr.strip().splitlines()
     assert lines[-1].startswith("harness: error: cannot join the Ray cluster at 127.0.0.1:1")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_refused_sweep_leaves_nothing_behind(two_nodes, tmp_path: Path) -> None:
+    from harness.sweep import run_sweep
+
+    with pytest.raises(UsageError):
+        run_sweep(SweepConfig(**TINY, address=two_nodes.address, cards=5, results=str(tmp_path)))
+    assert not any(tmp_path.iterdir()), list(tmp_path.rglob("*"))
