@@ -20,7 +20,8 @@ from harness.policies import load_policy
 from harness.policies.base import NORMALIZER_CLAMP, PolicyNet
 from harness.policies.huggy import huggy_arch, huggy_state_dict
 from harness.policies.mlagents_onnx import load_mlagents_onnx
-from harness.policies.mlagents_pt import BODY, HEAD, PROCESSORS, load_mlagents_pt
+from harness.policies.mlagents import BODY, HEAD, PROCESSORS
+from harness.policies.mlagents_pt import load_mlagents_pt
 
 BALL = "mlagents-3DBall/3DBall.onnx"
 BALL_SHA256 = "496dc01d14506b635268fc62ff0d58a16be71fe3a83e47c1ac72984ce69a1864"

@@ -13,7 +13,7 @@ import hashlib
 import torch
 
 from harness.policies.base import PolicyNet
-from harness.policies.mlagents_pt import BODY, HEAD, PROCESSORS, weights_from_state_dict
+from harness.policies.mlagents import BODY, HEAD, PROCESSORS, weights_from_state_dict
 
 OBS_SIZE = 59
 HIDDEN = (512, 512, 512)

@@ -24,7 +24,7 @@ from onnx import numpy_helper
 
 from harness.errors import PolicyLoadError
 from harness.policies.base import NORMALIZER_CLAMP, Normalizer, PolicyNet
-from harness.policies.mlagents_pt import ACTION_CLIP, LayoutError, MLAgentsWeights
+from harness.policies.mlagents import ACTION_CLIP, LayoutError, MLAgentsWeights
 
 VERSIONS = (2, 3)  # ModelApiVersion.MLAgents1_0 and MLAgents2_0
 DETERMINISTIC = "deterministic_continuous_actions"

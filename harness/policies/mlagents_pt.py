@@ -1,109 +1,16 @@
-"""ML-Agents policies: the `.pt` checkpoint loader, and the actor shape every ML-Agents source fills.
-
-An ML-Agents continuous actor (`SimpleActor`) is: one running normalizer per observation input,
-the inputs concatenated, a Swish MLP (`LinearEncoder`), a linear `mu`, a free `log_sigma`, and
-the action `clip(mu, -3, 3) / 3`. The checkpoint loader, the ONNX loader and huggy-arch all
-describe that shape with `MLAgentsWeights`, so shape checks and the torch rebuild live once, here.
-"""
+"""ML-Agents `.pt` checkpoints (the Huggy format): a `Policy` state dict of a SimpleActor."""
 
 from __future__ import annotations
 
 import hashlib
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import nn
 
 from harness.errors import PolicyLoadError
-from harness.policies.base import Normalizer, PolicyInfo, PolicyNet, mlp
-
-# State-dict prefixes of ML-Agents' SimpleActor ("endoder" is ML-Agents' own spelling).
-PROCESSORS = "network_body.observation_encoder.processors"
-BODY = "network_body._body_endoder.seq_layers"
-HEAD = "action_model._continuous_distribution"
-ACTION_CLIP = 3.0  # ML-Agents: action = clip(mu, -3, 3) / 3
-
-
-class LayoutError(ValueError):
-    """The file is readable but does not hold the ML-Agents layout; the message is the problem."""
-
-
-@dataclass
-class MLAgentsWeights:
-    """An ML-Agents continuous actor as float32 tensors, before it becomes a `PolicyNet`."""
-
-    obs_sizes: tuple[int, ...]
-    normalizer: Normalizer | None
-    layers: list[tuple[torch.Tensor, torch.Tensor]]  # (weight [out, in], bias [out]) per Swish layer
-    mu: tuple[torch.Tensor, torch.Tensor]
-    log_sigma: torch.Tensor | None
-    action_clip: float | None = ACTION_CLIP
-
-    def __post_init__(self) -> None:
-        width = sum(self.obs_sizes)
-        if self.normalizer is not None and tuple(self.normalizer.running_mean.shape) != (width,):
-            raise LayoutError(
-                f"normalizer covers {tuple(self.normalizer.running_mean.shape)} values, "
-                f"the observations have {width}"
-            )
-        for index, (weight, bias) in enumerate([*self.layers, self.mu]):
-            what = "mu" if index == len(self.layers) else f"layer {index}"
-            if weight.dim() != 2 or weight.shape[1] != width or tuple(bias.shape) != (weight.shape[0],):
-                raise LayoutError(
-                    f"{what} has weight {tuple(weight.shape)} and bias {tuple(bias.shape)}, "
-                    f"expected [out, {width}] and [out]"
-                )
-            width = weight.shape[0]
-        if self.log_sigma is not None:
-            if self.log_sigma.numel() != self.action_size:
-                raise LayoutError(f"log_sigma has {self.log_sigma.numel()} values for {self.action_size} actions")
-            self.log_sigma = self.log_sigma.reshape(self.action_size)
-
-    @property
-    def action_size(self) -> int:
-        return self.mu[0].shape[0]
-
-    def describe(self) -> str:
-        """The body as a person would say it: "2 x 128 SiLU"."""
-        hidden = [weight.shape[0] for weight, _ in self.layers]
-        if hidden and len(set(hidden)) == 1:
-            return f"{len(hidden)} x {hidden[0]} SiLU"
-        return f"[{', '.join(map(str, hidden))}] SiLU"
-
-    def to_policy(
-        self,
-        *,
-        name: str,
-        source: str,
-        sha256: str,
-        detail: str,
-        synthetic: bool = False,
-        onnx_path: str | None = None,
-    ) -> PolicyNet:
-        info = PolicyInfo(
-            name=name,
-            source=source,
-            action_kind="continuous",
-            obs_sizes=self.obs_sizes,
-            action_size=self.action_size,
-            sha256=sha256,
-            synthetic=synthetic,
-            onnx_path=onnx_path,
-            detail=detail,
-        )
-        # The random init is overwritten below; loading must not move the caller's global RNG.
-        with torch.random.fork_rng(devices=[]):
-            body = mlp([sum(self.obs_sizes), *(weight.shape[0] for weight, _ in self.layers)], nn.SiLU)
-            head = nn.Linear(self.mu[0].shape[1], self.action_size)
-        linears = [module for module in body if isinstance(module, nn.Linear)] + [head]
-        with torch.no_grad():
-            for linear, (weight, bias) in zip(linears, [*self.layers, self.mu]):
-                linear.weight.copy_(weight)
-                linear.bias.copy_(bias)
-        return PolicyNet(info, body, head, self.normalizer, self.log_sigma, self.action_clip)
+from harness.policies.base import PolicyNet
+from harness.policies.mlagents import LayoutError, weights_from_state_dict
 
 
 def load_mlagents_pt(path: Path) -> PolicyNet:
@@ -125,36 +32,6 @@ def load_mlagents_pt(path: Path) -> PolicyNet:
     )
 
 
-def weights_from_state_dict(state: Mapping[str, object]) -> MLAgentsWeights:
-    """Read a SimpleActor state dict; several normalizer processors are several observation inputs."""
-    tensors = {
-        key: value.float() for key, value in state.items() if isinstance(key, str) and isinstance(value, torch.Tensor)
-    }
-
-    def need(key: str) -> torch.Tensor:
-        if key not in tensors:
-            raise LayoutError(f"missing {key!r}: not an ML-Agents continuous-action Policy state dict")
-        return tensors[key]
-
-    if f"{HEAD}.log_sigma.weight" in tensors:
-        raise LayoutError("conditional sigma (log_sigma computed from the body) is not supported")
-    layers = [
-        (need(f"{BODY}.{index}.weight"), need(f"{BODY}.{index}.bias"))
-        for index in _indices(tensors, rf"{re.escape(BODY)}\.(\d+)\.weight")
-    ]
-    mu = (need(f"{HEAD}.mu.weight"), need(f"{HEAD}.mu.bias"))
-    processors = _indices(tensors, rf"{re.escape(PROCESSORS)}\.(\d+)\.normalizer\.running_mean")
-    if processors != list(range(len(processors))):
-        raise LayoutError(f"normalizer processors {processors} are not numbered 0..{len(processors) - 1}")
-    buffers = ("running_mean", "running_variance", "normalization_steps")
-    stats = [[need(f"{PROCESSORS}.{i}.normalizer.{buffer}") for buffer in buffers] for i in processors]
-    first_in = (layers[0][0] if layers else mu[0]).shape[-1]
-    # Without normalizers nothing records how the inputs were split; one input of the full width
-    # takes the same concatenated observation.
-    obs_sizes = tuple(mean.numel() for mean, _, _ in stats) or (first_in,)
-    return MLAgentsWeights(obs_sizes, _normalizer(stats), layers, mu, need(f"{HEAD}.log_sigma"))
-
-
 def _policy_state_dict(checkpoint: object) -> Mapping[str, object]:
     if not isinstance(checkpoint, Mapping):
         raise LayoutError(f"holds a {type(checkpoint).__name__}, not an ML-Agents checkpoint dict")
@@ -162,28 +39,6 @@ def _policy_state_dict(checkpoint: object) -> Mapping[str, object]:
     if not isinstance(policy, Mapping):
         raise LayoutError(f"'Policy' is a {type(policy).__name__}, not a state dict")
     return policy
-
-
-def _normalizer(stats: list[list[torch.Tensor]]) -> Normalizer | None:
-    if not stats:
-        return None
-    for i, (mean, variance, steps) in enumerate(stats):
-        if variance.shape != mean.shape or steps.numel() != 1:
-            raise LayoutError(
-                f"processor {i} normalizer has running_mean {tuple(mean.shape)}, running_variance "
-                f"{tuple(variance.shape)} and {steps.numel()} normalization_steps values"
-            )
-    mean = torch.cat([mean.reshape(-1) for mean, _, _ in stats])
-    steps = [s.reshape(()) for _, _, s in stats]
-    if all(torch.equal(s, steps[0]) for s in steps):
-        # Keep the real buffers: their size (sums ~1e5, steps ~2e6) is what the dtype rule guards.
-        return Normalizer(mean, torch.cat([v.reshape(-1) for _, v, _ in stats]), steps[0])
-    per_step = torch.cat([v.reshape(-1) / s for (_, v, _), s in zip(stats, steps)])
-    return Normalizer(mean, per_step, torch.ones(()))
-
-
-def _indices(tensors: Mapping[str, torch.Tensor], pattern: str) -> list[int]:
-    return sorted(int(match.group(1)) for key in tensors if (match := re.fullmatch(pattern, key)))
 
 
 def _first_line(error: Exception) -> str:
