@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -10,7 +13,7 @@ import pytest
 
 from harness.config import SweepConfig
 from harness.errors import UsageError
-from tests.helpers import harness, read_table
+from tests.helpers import REPO, harness, read_table
 
 pytestmark = pytest.mark.slow
 
@@ -82,3 +85,27 @@ def test_a_refused_sweep_leaves_nothing_behind(two_nodes, tmp_path: Path) -> Non
     with pytest.raises(UsageError):
         run_sweep(SweepConfig(**TINY, address=two_nodes.address, cards=5, results=str(tmp_path)))
     assert not any(tmp_path.iterdir()), list(tmp_path.rglob("*"))
+
+
+def test_a_dead_heads_address_file_does_not_make_the_sweep_join_it(tmp_path: Path) -> None:
+    """A killed `ray start --head` leaves Ray's ray_current_cluster file behind; a plain
+    `ray.init()` would try to join that dead cluster. The sweep starts its own."""
+    from ray._common.utils import get_ray_address_file
+
+    address_file = Path(get_ray_address_file(None))
+    saved = address_file.read_text() if address_file.exists() else None
+    address_file.parent.mkdir(parents=True, exist_ok=True)
+    address_file.write_text("127.0.0.1:1")  # nothing listens there
+    try:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        proc = subprocess.run([sys.executable, "-m", "harness", "sweep", "--policy", "cartpole", "--dtypes", "float32",
+                               "--episodes", "0", "--batch-sizes", "1", "--accelerator", "cpu", "--no-progress",
+                               "--results", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        if saved is None:
+            address_file.unlink(missing_ok=True)
+        else:
+            address_file.write_text(saved)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    [run] = read_table(tmp_path, "runs").to_pylist()
+    assert run["status"] == "passed"
