@@ -137,8 +137,10 @@ def compare_bitwise(a: np.ndarray, b: np.ndarray) -> Comparison:
     a, b = np.asarray(a), np.asarray(b)
     _check_pair(a, b)
     same = _same_bits(a, b)
+    ulp = _ulp_distance(a, b)
     equal = bool(same.all())
-    return _comparison(a, b, same, _measure(_as_float64(a), _as_float64(b)), None, equal, "" if equal else _first_mismatch(a, b, same, _ulp_distance(a, b)))
+    detail = "" if equal else _first_mismatch(a, b, same, ulp)
+    return _comparison(a, same, ulp, _measure(_as_float64(a), _as_float64(b)), None, equal, detail)
 
 
 def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Comparison:
@@ -157,17 +159,19 @@ def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance)
         if not m.cosine >= tol.min_cos:
             reasons.append(f"cosine {m.cosine:.9g} < min_cos {tol.min_cos:g}")
 
-    return _comparison(actual, reference, same, m, tol, not reasons, "; ".join(reasons))
+    return _comparison(actual, same, _ulp_distance(actual, reference), m, tol, not reasons, "; ".join(reasons))
 
 
-def _comparison(a: np.ndarray, b: np.ndarray, same: np.ndarray, m: _Measures, tol: Tolerance | None, passed: bool, detail: str) -> Comparison:
+def _comparison(
+    a: np.ndarray, same: np.ndarray, ulp: np.ndarray, m: _Measures, tol: Tolerance | None, passed: bool, detail: str
+) -> Comparison:
     """The record of a bitwise or tolerance verdict: what was measured next to what judged it."""
     return Comparison(
         passed=passed,
         bitwise_equal=bool(same.all()),
         n_elements=int(a.size),
         n_mismatch=int(np.count_nonzero(~same)),
-        max_ulp=_max_int(_ulp_distance(a, b)),
+        max_ulp=_max_int(ulp),
         max_abs=m.max_abs,
         mean_abs=m.mean_abs,
         max_rel=m.max_rel,
