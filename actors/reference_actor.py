@@ -18,9 +18,6 @@ class ReferenceActor(Runner):
         super().__init__(cpu_reference(), policies, threads)
         self._sessions: dict[str, object] = {}
 
-    def has_onnx(self, key: str) -> bool:
-        return self._float32[key].info.onnx_path is not None
-
     def run_onnx(self, key: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         """onnxruntime on the original file: an implementation independent of the torch rebuild."""
         import onnxruntime as ort

@@ -19,7 +19,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from harness.config import SweepConfig
 from harness.devices import RAY_RESOURCE, Kind
-from harness.errors import UsageError
+from harness.errors import UsageError, first_line
 from harness.faults import Fault, env_vars
 from harness.policies.base import PolicyNet
 
@@ -53,7 +53,7 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
         try:
             ray.init(address=address, **quiet)
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise UsageError(f"cannot join the Ray cluster at {address}: {str(exc).splitlines()[0]}") from None
+            raise UsageError(f"cannot join the Ray cluster at {address}: {first_line(exc)}") from None
         return address
     # "local" always starts a new cluster: a ray_current_cluster file left by a killed head
     # would otherwise make ray.init() join a cluster that is gone.

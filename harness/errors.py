@@ -1,6 +1,12 @@
 """Errors a user can cause. The command line prints them as one line and exits 2."""
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception as one line of an error message: its message's first line, or its type."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class UsageError(Exception):
     """Bad usage, configuration or input: a one-line message, exit code 2, no traceback."""
 

@@ -21,7 +21,7 @@ from harness import __version__
 from harness.cluster import Placement, card_count, connect, describe_actors, place
 from harness.config import SweepConfig
 from harness.devices import resolve_accelerator
-from harness.errors import UsageError
+from harness.errors import UsageError, first_line
 from harness.compare import TOLERANCES
 from harness.faults import parse_faults
 from harness.localize import first_divergent_layer, layer_modules
@@ -156,7 +156,7 @@ def _fan_out_and_judge(
                 outputs[label] = ray.get(ref)
             except ray.exceptions.RayError as exc:
                 dead.add(label)
-                errors.append(error_row(unit, label, f"{label} produced nothing: {_first_line(exc)}"))
+                errors.append(error_row(unit, label, f"{label} produced nothing: {first_line(exc)}"))
         timings.compute_s += time.perf_counter() - t
 
         t = time.perf_counter()
@@ -220,7 +220,7 @@ def _localize_failures(placement: Placement, labels: list[str], policy: PolicyNe
         try:
             mine, theirs = ray.get([card.capture.remote(unit.policy, unit.dtype, obs), other])
         except ray.exceptions.RayError as exc:
-            note = f"layer search failed: {_first_line(exc)}"
+            note = f"layer search failed: {first_line(exc)}"
         else:
             divergence = first_divergent_layer(mine, theirs, tol, modules=layer_modules(policy))
             note = divergence.describe() if divergence else "no layer differs on a second run: the mismatch did not repeat"
@@ -228,7 +228,3 @@ def _localize_failures(placement: Placement, labels: list[str], policy: PolicyNe
             if (row.kind, row.device_a) == (kind, label) and not row.passed:
                 row.detail = f"{row.detail}; {note}" if row.detail else note
 
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import duckdb
 import pyarrow as pa
 
-from harness.errors import UsageError
+from harness.errors import UsageError, first_line
 from harness.results import SCHEMAS, TABLES
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def connect(results: str | Path = "results") -> duckdb.DuckDBPyConnection:
 
 def sql_error_line(exc: duckdb.Error) -> str:
     """DuckDB's message cut to one line, with a useful hint for an unknown table."""
-    message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    message = first_line(exc)
     missing = re.search(r"Table with name (\S+) does not exist", message)
     if missing:
         return f"unknown table {missing.group(1)}; the tables are {', '.join(TABLES)}"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from harness.errors import PolicyLoadError
+from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import PolicyNet
 from harness.policies.mlagents import LayoutError, weights_from_state_dict
 
@@ -42,5 +42,5 @@ def _policy_state_dict(checkpoint: object) -> Mapping[str, object]:
 
 
 def _first_line(error: Exception) -> str:
-    text = str(error).strip().splitlines()
-    return f"{type(error).__name__}: {text[0]}" if text else type(error).__name__
+    """torch's errors name little by their message alone: the type goes first."""
+    return f"{type(error).__name__}: {first_line(error)}" if str(error).strip() else type(error).__name__

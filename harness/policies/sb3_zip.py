@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from harness.errors import PolicyLoadError
+from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import ActionKind, PolicyInfo, PolicyNet, mlp
 
 # The largest member we will inflate; real policies are kilobytes to a few megabytes.
@@ -225,8 +225,7 @@ def _load_state_dict(path: Path, raw: bytes) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
     except Exception as exc:  # torch raises many types for bad or unsafe files; all mean "unusable"
-        first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise PolicyLoadError(path, f"policy.pth is not a plain torch state dict ({first_line})") from None
+        raise PolicyLoadError(path, f"policy.pth is not a plain torch state dict ({first_line(exc)})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise PolicyLoadError(path, "policy.pth is not a state dict of tensors")
     if "action_net.weight" not in state:
