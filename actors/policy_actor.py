@@ -45,7 +45,7 @@ class PolicyActor(Runner):
             corrupt_first_layer(policy)
         return policy
 
-    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> tuple[dict[str, np.ndarray], float]:
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> dict[str, np.ndarray]:
         maybe_crash(self.faults, self.crash_marker)
         return super().run_batch(key, dtype, obs, noise)
 

@@ -44,7 +44,7 @@ class Runner:
     def _prepare(self, policy: PolicyNet) -> PolicyNet:
         return policy
 
-    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> tuple[dict[str, np.ndarray], float]:
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> dict[str, np.ndarray]:
         return run_batch(self.policy(key, dtype), self.device, obs, noise)
 
     def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool) -> list[EpisodeOutput]:

@@ -37,14 +37,14 @@ TARGET = 0.8
 def in_process(policy: torch.nn.Module, batches: list[ObsBatch]) -> tuple[float, list[dict[str, np.ndarray]]]:
     device = open_card("cpu", 0)
     start = time.perf_counter()
-    outputs = [run_batch(policy, device, b.obs, b.noise)[0] for b in batches]
+    outputs = [run_batch(policy, device, b.obs, b.noise) for b in batches]
     return len(batches) * BATCH / (time.perf_counter() - start), outputs
 
 
 def through_ray(actor: ray.actor.ActorHandle, batches: list[ObsBatch]) -> tuple[float, list[dict[str, np.ndarray]]]:
     start = time.perf_counter()
     refs = [actor.run_batch.remote("cartpole", "float32", b.obs, b.noise) for b in batches]
-    outputs = [out for out, _device_ms in ray.get(refs)]
+    outputs = ray.get(refs)
     return len(batches) * BATCH / (time.perf_counter() - start), outputs
 
 

@@ -4,13 +4,12 @@ and the benchmarks, so every path does the same conversions, eval mode and no-gr
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from harness.devices import Device, synchronize
+from harness.devices import Device
 from harness.policies.base import PolicyNet
 from harness.workloads import episode_noise
 
@@ -33,16 +32,10 @@ def forward_outputs(policy: PolicyNet, obs: tuple[torch.Tensor, ...], noise: tor
     }
 
 
-def run_batch(policy: PolicyNet, device: Device, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> tuple[dict[str, np.ndarray], float]:
-    """Outputs of one batch as numpy, and the device time in ms (inputs already on the card)."""
-    obs_t = to_device(obs, device)
-    noise_t = to_device((noise,), device)[0]
-    synchronize(device)
-    start = time.perf_counter()
-    outputs = forward_outputs(policy, obs_t, noise_t)
-    synchronize(device)
-    elapsed_ms = (time.perf_counter() - start) * 1e3
-    return {name: t.cpu().numpy() for name, t in outputs.items()}, elapsed_ms
+def run_batch(policy: PolicyNet, device: Device, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> dict[str, np.ndarray]:
+    """Outputs of one batch as numpy. Timing is the bench's business (actors/bench_actor.py)."""
+    outputs = forward_outputs(policy, to_device(obs, device), to_device((noise,), device)[0])
+    return {name: t.cpu().numpy() for name, t in outputs.items()}
 
 
 @dataclass(frozen=True)

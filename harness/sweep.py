@@ -200,8 +200,7 @@ def _submit_reference(
 
 def _judge(unit: Unit, outputs: dict, reference: object, onnx: dict | None) -> tuple[list[CheckRow], list[EpisodeRow]]:
     if isinstance(unit.work, BatchWork):
-        cards = {label: out for label, (out, _device_ms) in outputs.items()}
-        return judge_batch(unit, cards, reference[0], onnx), []
+        return judge_batch(unit, outputs, reference, onnx), []
     return judge_episodes(unit, outputs, reference)
 
 

@@ -25,7 +25,7 @@ def _unit(policy, dtype: str, batch) -> Unit:
 
 
 def _outputs(policy, dtype: str, batch) -> dict[str, np.ndarray]:
-    return run_batch(cast_policy(policy, dtype), cpu_reference(), batch.obs, batch.noise)[0]
+    return run_batch(cast_policy(policy, dtype), cpu_reference(), batch.obs, batch.noise)
 
 
 def test_identical_cards_pass_and_a_changed_bit_fails_naming_the_element(cartpole) -> None:
