@@ -14,7 +14,6 @@ from __future__ import annotations
 import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
 
 import json
-import platform
 import sys
 import time
 from collections.abc import Iterator
@@ -29,14 +28,13 @@ from ray.util.placement_group import PlacementGroup, remove_placement_group
 from tqdm import tqdm
 
 from actors.bench_actor import BenchActor, LatencyStats, Throughput, measure_latency
-from harness import __version__
 from harness.bench_cli import BenchConfig
 from harness.cluster import card_count, card_options, connect, reserve, wait_described
 from harness.devices import Kind, resolve_accelerator
 from harness.errors import UsageError
 from harness.policies import load_policy
-from harness.results import BenchRow, RunRow, new_run_id, table_dir, write_rows
-from harness.provenance import describe_policies, git_revision, now, torch_version
+from harness.provenance import new_run_row, now
+from harness.results import BenchRow, new_run_id, table_dir, write_rows
 from harness.vec_cartpole import ENV_ID
 from harness.workloads import ObsBatch, make_batch
 
@@ -85,13 +83,12 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
         bar.close()
 
     bench_path = write_rows(results, "bench", run_id, rows)
-    run_row = RunRow(
-        started_at=started, finished_at=now(), status="bench", accelerator=kind, n_cards=len(cards),
-        devices=json.dumps([c.description for c in cards]), harness_version=__version__, torch_version=torch_version(),
-        ray_version=ray.__version__, config_json=config.to_json(), faults="", git_revision=git_revision(),
-        hostname=platform.node(), policies=describe_policies(policies), command=command,
+    run_row = new_run_row(
+        started_at=started, status="bench", accelerator=kind, n_cards=len(cards), devices=[c.description for c in cards],
+        config_json=config.to_json(), policies=policies, command=command,
         summary=json.dumps({"bench_rows": len(rows), "card_steps": steps}),
     )
+    run_row.finished_at = now()
     write_rows(results, "runs", run_id, [run_row])
     print_bench_summary(rows, run_id, sys.stdout)
     return BenchOutcome(run_id, rows, bench_path)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
 
+from harness import __version__
 from harness.policies import PolicyNet
+from harness.results import RunRow
 
 
 def now() -> str:
@@ -27,6 +30,30 @@ def git_revision() -> str:
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired):
         return ""
+
+
+def new_run_row(
+    *,
+    started_at: str,
+    status: str,
+    accelerator: str,
+    n_cards: int,
+    devices: list[dict[str, object]],
+    config_json: str,
+    policies: dict[str, PolicyNet],
+    command: str,
+    faults: str = "",
+    summary: str = "",
+) -> RunRow:
+    """A `runs` row with everything that says which code, versions and bytes produced the run."""
+    import ray
+
+    return RunRow(
+        started_at=started_at, finished_at=None, status=status, accelerator=accelerator, n_cards=n_cards,
+        devices=json.dumps(devices), harness_version=__version__, torch_version=torch_version(),
+        ray_version=ray.__version__, config_json=config_json, faults=faults, git_revision=git_revision(),
+        hostname=platform.node(), policies=describe_policies(policies), command=command, summary=summary,
+    )
 
 
 def describe_policies(policies: dict[str, PolicyNet]) -> str:

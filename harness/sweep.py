@@ -9,7 +9,6 @@ from __future__ import annotations
 import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
 
 import json
-import platform
 import sys
 import time
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from pathlib import Path
 
 import ray
 
-from harness import __version__
 from harness.cluster import Placement, card_count, connect, describe_actors, place
 from harness.config import SweepConfig
 from harness.devices import resolve_accelerator
@@ -27,8 +25,8 @@ from harness.faults import parse_faults
 from harness.localize import first_divergent_layer, layer_modules
 from harness.plan import BatchWork, Unit, plan_units
 from harness.policies import PolicyNet, load_policy
-from harness.provenance import describe_policies, git_revision, now, torch_version
-from harness.results import STAGING, CheckRow, EpisodeRow, RunRow, RunWriter, new_run_id, read_run, table_dir
+from harness.provenance import new_run_row, now
+from harness.results import STAGING, CheckRow, EpisodeRow, RunWriter, new_run_id, read_run, table_dir
 from harness.summary import print_summary
 from harness.verdicts import error_row, judge_batch, judge_episodes
 
@@ -75,12 +73,9 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         placement = place(config, kind, n_cards, policies, faults, writer.staging / "faults")
         cards, reference = describe_actors(placement, policies)
         timings.startup_s = time.perf_counter() - t
-        run_row = RunRow(
-            started_at=started, finished_at=None, status="running", accelerator=kind, n_cards=n_cards,
-            devices=json.dumps(cards + [reference]), harness_version=__version__, torch_version=torch_version(),
-            ray_version=ray.__version__, config_json=config.to_json(), faults=",".join(map(str, faults)),
-            git_revision=git_revision(), hostname=platform.node(), policies=describe_policies(policies),
-            command=command, summary="",
+        run_row = new_run_row(
+            started_at=started, status="running", accelerator=kind, n_cards=n_cards, devices=cards + [reference],
+            config_json=config.to_json(), policies=policies, command=command, faults=",".join(map(str, faults)),
         )
         writer.begin(run_row)
         labels = [str(c["label"]) for c in cards]
