@@ -35,6 +35,7 @@ from harness.errors import UsageError
 from harness.policies import load_policy
 from harness.provenance import new_run_row, now
 from harness.results import BenchRow, new_run_id, table_dir, write_rows
+from harness.summary import short_name
 from harness.vec_cartpole import ENV_ID
 from harness.workloads import ObsBatch, make_batch
 
@@ -211,12 +212,12 @@ def _closed_loop(card: Card, loops: list[tuple[str, str, int]], config: BenchCon
 
 
 def print_bench_summary(rows: list[BenchRow], run_id: str, out: TextIO) -> None:
-    header = f"{'mode':<11} {'timing':<10} {'policy':<16} {'dtype':<8} {'device':<17} {'batch':>6} {'first ms':>9} {'p50 ms':>9} {'p99 ms':>9} {'decisions/s':>13} {'scaling':>7}"
+    header = f"{'mode':<11} {'timing':<10} {'policy':<24} {'dtype':<8} {'device':<17} {'batch':>6} {'first ms':>9} {'p50 ms':>9} {'p99 ms':>9} {'decisions/s':>13} {'scaling':>7}"
     print(header, file=out)
     print("-" * len(header), file=out)
     for r in rows:
         print(
-            f"{r.mode:<11} {r.timing:<10} {r.policy[:16]:<16} {r.dtype:<8} {r.device[:17]:<17} {r.batch_size:>6} {_num(r.first_call_ms, 9, '.3f')} "
+            f"{r.mode:<11} {r.timing:<10} {short_name(r.policy):<24} {r.dtype:<8} {r.device[:17]:<17} {r.batch_size:>6} {_num(r.first_call_ms, 9, '.3f')} "
             f"{_num(r.p50_ms, 9, '.3f')} {_num(r.p99_ms, 9, '.3f')} {_num(r.decisions_per_s, 13, ',.0f')} {_num(r.scaling_efficiency, 7, '.2f')}",
             file=out,
         )
