@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.config import split_csv
+from harness.config import split_csv, validate_shared
 from harness.errors import UsageError
 
 
@@ -95,25 +95,13 @@ def _scalar(flag: str, raw: str, type_: type) -> Any:
 
 def validate(config: BenchConfig) -> BenchConfig:
     """Reject bad values before Ray starts, with the bad value and a valid example."""
-    from harness.devices import ACCELERATORS
-    from harness.policies.base import DTYPES
     from harness.vec_cartpole import ENV_KINDS
 
-    if not config.policies:
-        raise UsageError("no policy given; e.g. --policy cartpole")
-    if config.accelerator not in ACCELERATORS:
-        raise UsageError(f"--accelerator {config.accelerator!r} is not one of {', '.join(ACCELERATORS)}")
+    validate_shared(config.policies, config.accelerator, config.dtypes, config.batch_sizes, config.threads)
     if config.cards is not None and (not config.cards or min(config.cards) < 1):
         raise UsageError(f"--cards {_csv(config.cards)!r}: card counts must be 1 or more, e.g. --cards 1,2")
-    if not config.batch_sizes or min(config.batch_sizes) < 1:
-        raise UsageError(f"--batch-sizes {_csv(config.batch_sizes)!r}: sizes must be 1 or more, e.g. 1,8,4096")
-    bad = [d for d in config.dtypes if d not in DTYPES]
-    if bad or not config.dtypes:
-        raise UsageError(f"--dtypes {_csv(config.dtypes)!r}: unknown {bad}; e.g. --dtypes float32,bfloat16")
     if not config.duration > 0:
         raise UsageError(f"--duration {config.duration}: must be more than 0 seconds, e.g. --duration 0.5")
     if config.env not in ENV_KINDS:
         raise UsageError(f"--env {config.env!r} is not one of {', '.join(ENV_KINDS)}")
-    if config.threads < 1:
-        raise UsageError(f"--threads {config.threads}: need at least 1")
     return config

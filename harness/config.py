@@ -104,26 +104,31 @@ def split_csv(raw: str, type_: type) -> list[Any]:
         raise UsageError(f"{raw!r} is not a comma-separated list of {type_.__name__}") from None
 
 
-def validate(config: SweepConfig) -> SweepConfig:
-    """Reject bad values up front, with the bad value and a valid example."""
+def validate_shared(policies: list[str], accelerator: str, dtypes: list[str], batch_sizes: list[int], threads: int) -> None:
+    """The options `harness sweep` and `harness bench` have in common, checked one way for both."""
     from harness.devices import ACCELERATORS
     from harness.policies.base import DTYPES
 
-    if not config.policies:
+    if not policies:
         raise UsageError("no policy given; e.g. --policy cartpole")
-    bad = [d for d in config.dtypes if d not in DTYPES]
-    if bad or not config.dtypes:
-        raise UsageError(f"--dtypes {','.join(config.dtypes)!r}: unknown {bad}; e.g. --dtypes float32,bfloat16")
-    if config.accelerator not in ACCELERATORS:
-        raise UsageError(f"--accelerator {config.accelerator!r} is not one of {', '.join(ACCELERATORS)}")
+    if accelerator not in ACCELERATORS:
+        raise UsageError(f"--accelerator {accelerator!r} is not one of {', '.join(ACCELERATORS)}")
+    bad = [d for d in dtypes if d not in DTYPES]
+    if bad or not dtypes:
+        raise UsageError(f"--dtypes {','.join(dtypes)!r}: unknown {bad}; e.g. --dtypes float32,bfloat16")
+    if not batch_sizes or min(batch_sizes) < 1:
+        raise UsageError(f"--batch-sizes {','.join(map(str, batch_sizes))!r}: sizes must be 1 or more, e.g. 1,8,4096")
+    if threads < 1:
+        raise UsageError(f"--threads {threads}: need at least 1")
+
+
+def validate(config: SweepConfig) -> SweepConfig:
+    """Reject bad values up front, with the bad value and a valid example."""
+    validate_shared(config.policies, config.accelerator, config.dtypes, config.batch_sizes, config.threads)
     if config.cards is not None and config.cards < 1:
         raise UsageError(f"--cards {config.cards}: need at least 1")
     if config.episodes < 0:
         raise UsageError(f"--episodes {config.episodes}: must be 0 or more")
-    if not config.batch_sizes or min(config.batch_sizes) < 1:
-        raise UsageError(f"--batch-sizes {config.batch_sizes}: sizes must be 1 or more, e.g. 1,8,4096")
-    if config.threads < 1:
-        raise UsageError(f"--threads {config.threads}: need at least 1")
     if config.placement not in PLACEMENT_STRATEGIES:
         raise UsageError(f"--placement {config.placement!r} is not one of {', '.join(PLACEMENT_STRATEGIES)}")
     from harness.faults import parse_faults
