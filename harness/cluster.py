@@ -159,8 +159,14 @@ def wait_described(actors: list[ray.actor.ActorHandle]) -> list[dict[str, object
 def describe_actors(placement: Placement, policies: dict[str, PolicyNet]) -> tuple[list[dict[str, object]], dict[str, object]]:
     """Every actor's description; an actor that loaded other bytes than the driver is a UsageError."""
     *cards, reference = wait_described([*placement.cards, placement.reference])
+    refuse_other_bytes([*cards, reference], policies)
+    return cards, reference
+
+
+def refuse_other_bytes(descriptions: list[dict[str, object]], policies: dict[str, PolicyNet]) -> None:
+    """Every actor must have loaded the driver's bytes: a node with another file at the same
+    path would otherwise be compared as if it ran the same policy."""
     expected = {name: p.info.sha256 for name, p in policies.items()}
-    for actor in [*cards, reference]:
+    for actor in descriptions:
         if actor["policies"] != expected:
             raise UsageError(f"{actor['label']} on {actor['node']} loaded other policy bytes than the driver: {actor['policies']} vs {expected}")
-    return cards, reference

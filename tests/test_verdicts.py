@@ -106,3 +106,37 @@ def test_first_divergent_step() -> None:
     assert first_divergent_step(a, a) is None
     assert first_divergent_step(a, np.array([0, 0, 1])) == 1
     assert first_divergent_step(a, np.array([0, 1])) == 2
+
+
+def test_episode_returns_that_differ_fail_across_cards_and_against_the_cpu() -> None:
+    unit = Unit("e2", "cartpole", "float32", EpisodeWork("seals/CartPole-v0", (0,), False))
+    ref = [_episode(0, [0, 1] * 50)]
+    fell = [_episode(0, [0, 1] * 20 + [1, 1])]  # the pole falls: a shorter episode, a lower return
+    checks, _ = judge_episodes(unit, {"sim-cpu0": ref, "sim-cpu1": fell}, ref)
+    failed = {(r.kind, r.output, r.device_a) for r in checks if not r.passed}
+    assert failed == {("cross_card", "actions[seed=0]", "sim-cpu1"), ("cross_card", "returns", "sim-cpu1"),
+                      ("cpu_reference", "returns", "sim-cpu1")}
+    ref_row = next(r for r in checks if r.kind == "cpu_reference" and r.device_a == "sim-cpu1")
+    assert "max_abs" in ref_row.detail and "seed 0 parts at step 40" in ref_row.detail
+
+
+def test_a_stochastic_flip_is_judged_against_the_noisy_margin(cartpole) -> None:
+    batch = make_batch(cartpole.info, "normal", 64, seed=4)
+    unit, ref = _unit(cartpole, "float32", batch), _outputs(cartpole, "float32", batch)
+    wrong = {k: v.copy() for k, v in ref.items()}
+    scores = ref["logits"] + batch.noise
+    i = int(np.argmax(np.abs(scores[:, 0] - scores[:, 1])))  # the clearest sampled decision
+    wrong["stochastic_action"][i] = 1 - wrong["stochastic_action"][i]
+    [row] = [r for r in judge_batch(unit, {"sim-cpu0": wrong}, ref, None) if not r.passed]
+    assert (row.kind, row.output, row.n_mismatch) == ("cpu_reference", "stochastic_action", 1)
+
+
+def test_an_actor_that_loaded_other_bytes_is_refused(cartpole) -> None:
+    from harness.cluster import refuse_other_bytes
+    from harness.errors import UsageError
+
+    mine = {"label": "sim-cpu0", "node": "a", "policies": {"cartpole": cartpole.info.sha256}}
+    refuse_other_bytes([mine], {"cartpole": cartpole})
+    theirs = {"label": "sim-cpu1", "node": "b", "policies": {"cartpole": "0" * 64}}
+    with pytest.raises(UsageError, match="sim-cpu1 on b loaded other policy bytes than the driver"):
+        refuse_other_bytes([mine, theirs], {"cartpole": cartpole})
