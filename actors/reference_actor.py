@@ -2,31 +2,43 @@
 
 from __future__ import annotations
 
-import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
-
 import numpy as np
 
-from actors.runner import Runner
+from actors.policy_actor import describe_runner
 from harness.devices import cpu_reference
+from harness.inference.runner import Runner
+from harness.outputs import EpisodeOutput, Outputs
 
 # ONNX output names (ML-Agents export, harness export) -> the harness's output names.
 ONNX_OUTPUTS = {"deterministic_continuous_actions": "action", "deterministic_actions": "action", "logits": "logits"}
 
 
-class ReferenceActor(Runner):
+class ReferenceActor:
     def __init__(self, policies: list[str], threads: int) -> None:
-        super().__init__(cpu_reference(), policies, threads)
+        self.runner = Runner(cpu_reference(), policies, threads)
         self._sessions: dict[str, object] = {}
 
-    def run_onnx(self, key: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+    def describe(self) -> dict[str, object]:
+        return describe_runner(self.runner)
+
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
+        return self.runner.run_batch(key, dtype, obs, noise)
+
+    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool) -> list[EpisodeOutput]:
+        return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic)
+
+    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+        return self.runner.capture(key, dtype, obs)
+
+    def run_onnx(self, key: str, obs: tuple[np.ndarray, ...]) -> Outputs:
         """onnxruntime on the original file: an implementation independent of the torch rebuild."""
         import onnxruntime as ort
 
         if key not in self._sessions:
             options = ort.SessionOptions()
-            options.intra_op_num_threads = self.threads
+            options.intra_op_num_threads = self.runner.threads
             options.inter_op_num_threads = 1
-            path = self._float32[key].info.onnx_path
+            path = self.runner.float32[key].info.onnx_path
             self._sessions[key] = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         session = self._sessions[key]
         names = [i.name for i in session.get_inputs()]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import harness  # noqa: F401  (the device-backend guard, before any benchmark imports torch)
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -17,9 +19,21 @@ class Comparison:
     target: float
     higher_is_better: bool = True
     notes: str = ""
+    limit: float | None = None
+    """The best ratio the two sides can honestly give (1.0 when the harness side does the other
+    side's work plus more). A ratio past it means the two sides were not measured alike: the
+    result is reported as suspect, never as a met target."""
+
+    @property
+    def suspect(self) -> bool:
+        if self.limit is None:
+            return False
+        return self.ratio > self.limit if self.higher_is_better else self.ratio < self.limit
 
     @property
     def met(self) -> bool:
+        if self.suspect:
+            return False
         return self.ratio >= self.target if self.higher_is_better else self.ratio < self.target
 
     def render(self) -> str:
@@ -27,7 +41,8 @@ class Comparison:
         lines = [f"== {self.name}"]
         lines += [f"   {label:<{width}}  {value}" for label, value in self.measured.items()]
         relation = ">=" if self.higher_is_better else "<"
-        lines.append(f"   {self.ratio_label}: {self.ratio:.3g} (target {relation} {self.target:g}): {'MET' if self.met else 'NOT MET'}")
+        verdict = f"SUSPECT: past the honest limit {self.limit:g}, so the two sides differ in more than the harness" if self.suspect else ("MET" if self.met else "NOT MET")
+        lines.append(f"   {self.ratio_label}: {self.ratio:.3g} (target {relation} {self.target:g}): {verdict}")
         if self.notes:
             lines.append(f"   {self.notes}")
         return "\n".join(lines)

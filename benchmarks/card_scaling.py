@@ -12,16 +12,14 @@ work on the machine is taking the cores.
 
 from __future__ import annotations
 
-import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
-
 import json
 import statistics
 
 from tqdm import tqdm
 
 from benchmarks import Comparison
-from harness.bench import Work, bench_cards, measure_scaling
 from harness.policies import load_policy
+from harness.run.bench import Work, bench_cards, measure_scaling
 from harness.workloads import make_batch
 
 LARGE = {"cartpole": (4096, 65536), "huggy-arch": (4096,)}
@@ -33,7 +31,7 @@ TARGET = 0.85
 def run() -> Comparison:
     policies = {name: load_policy(name) for name in LARGE}
     work = [Work(name, "float32", make_batch(policies[name].info, "normal", size, 0)) for name, sizes in LARGE.items() for size in sizes]
-    with bench_cards(None, "cpu", 2, list(LARGE), threads=1) as cards:
+    with bench_cards(None, "cpu", 2, policies, threads=1) as cards:
         repeats = [measure_scaling(cards, [1, 2], work, WINDOW_S, tqdm(disable=True)) for _ in range(REPEATS)]
     measured, efficiencies = {}, []
     for i, w in enumerate(work):
@@ -53,4 +51,5 @@ def run() -> Comparison:
         ratio=min(efficiencies),
         ratio_label="smallest median scaling efficiency tput(2) / (2 * tput(1))",
         target=TARGET,
+        limit=1.0,  # two cards cannot do more than twice one card's work
     )

@@ -10,8 +10,6 @@ Target: the harness at least 20x SB3's steps/s. Both sides run torch on one thre
 
 from __future__ import annotations
 
-import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
-
 import statistics
 import time
 import warnings
@@ -21,8 +19,9 @@ import ray
 import torch
 
 from benchmarks import Comparison
-from harness.bench import bench_cards
-from harness.vec_cartpole import ENV_ID, HORIZON
+from harness.envs.cartpole import ENV_ID, HORIZON
+from harness.policies import load_policy
+from harness.run.bench import bench_cards
 
 EPISODES = 256
 SB3_ENVS = 16
@@ -65,10 +64,10 @@ def run() -> Comparison:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # gymnasium's Box precision notes, once per environment
         sb3_rate, sb3_returns, sb3_actions = sb3_evaluate()
-        with bench_cards(None, "cpu", 1, ["cartpole"], threads=1) as cards:
+        with bench_cards(None, "cpu", 1, {"cartpole": load_policy("cartpole")}, threads=1) as cards:
             actor = cards[0].actor
-            runs = ray.get([actor.closed_loop.remote("cartpole", "float32", "vector", EPISODES, 0, 0.0) for _ in range(HARNESS_REPEATS)])
-            seals_run = ray.get(actor.closed_loop.remote("cartpole", "float32", "seals", EPISODES, 0, 0.0))
+            runs = ray.get([actor.closed_loop.remote("cartpole", "float32", "numpy", EPISODES, 0, 0.0) for _ in range(HARNESS_REPEATS)])
+            seals_run = ray.get(actor.closed_loop.remote("cartpole", "float32", "gymnasium", EPISODES, 0, 0.0))
     harness_rate = statistics.median(r.decisions_per_s for r in runs)
     same = all(np.array_equal(r.returns, sb3_returns) and np.array_equal(r.first_actions, sb3_actions) for r in [*runs, seals_run])
     return Comparison(

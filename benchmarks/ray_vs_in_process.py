@@ -1,76 +1,101 @@
-"""Through Ray against in-process: the same batches of 65536 observations run by
-`harness.inference.run_batch` in this process, and sent to one card actor (numpy through the
-object store, outputs back) with every call in flight at once, as a sweep sends them.
+"""Through Ray against without it: the same batches of 65536 observations run by
+`harness.inference.forward.run_batch` in a plain process, and sent to one card actor (numpy
+through the object store, outputs back) with every call in flight at once, as a sweep sends them.
 
 Alternating rounds of each, the median rate of each side is compared; the outputs must be
-identical (same weights, thread count and batch shape). Target: Ray at least 0.8 of in-process.
-This process holds freed host memory as a simulated card actor does (`keep_freed_host_memory`),
-so both sides run the same allocator policy.
+identical (same weights, thread count and batch shape). Target: Ray at least 0.8 of the plain
+process. Both sides run in processes of their own under the same settings: one torch thread,
+freed host memory kept (`keep_freed_host_memory`, as a simulated card actor does), and
+WARMUP_ROUNDS untimed rounds first. A process's first rounds at this batch size run at about half
+speed while its heap grows to hold the activations, and the driver shares its cores with Ray's
+own threads; measuring a cold driver against a warm actor made Ray look 1.97x faster than the
+same forward without it. Ray cannot honestly be faster (it runs the same forward plus the
+transfers), so a ratio above 1 is reported as suspect, not as a met target.
 """
 
 from __future__ import annotations
 
-import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
-
+import multiprocessing
 import statistics
 import time
 
 import numpy as np
 import ray
-import torch
 
-from actors.bench_actor import keep_freed_host_memory
 from benchmarks import Comparison
-from harness.bench import bench_cards
-from harness.devices import open_card
-from harness.inference import run_batch
 from harness.policies import load_policy
+from harness.run.bench import bench_cards
 from harness.workloads import ObsBatch, make_batch
 
 BATCH = 65536
-BATCHES = 4  # distinct seeded batches, each sent CALLS_PER_BATCH times per round
+SEEDS = range(4)  # distinct seeded batches, each sent CALLS_PER_BATCH times per round
 CALLS_PER_BATCH = 3
-ROUNDS = 3
+WARMUP_ROUNDS = 4
+ROUNDS = 5
 TARGET = 0.8
 
+_plain: dict[str, object] = {}
 
-def in_process(policy: torch.nn.Module, batches: list[ObsBatch]) -> tuple[float, list[dict[str, np.ndarray]]]:
-    device = open_card("cpu", 0)
+
+def _batches() -> list[ObsBatch]:
+    info = load_policy("cartpole").info
+    return [make_batch(info, "normal", BATCH, seed) for seed in SEEDS] * CALLS_PER_BATCH
+
+
+def _start_plain_process() -> None:
+    """The plain process: the settings a simulated card actor runs under, and no Ray."""
+    import torch
+
+    from harness.devices import open_card
+    from harness.inference.timing import keep_freed_host_memory
+
+    torch.set_num_threads(1)
+    keep_freed_host_memory()
+    _plain.update(policy=load_policy("cartpole"), device=open_card("cpu", 0), batches=_batches())
+
+
+def _plain_round() -> tuple[float, list[dict[str, np.ndarray]]]:
+    from harness.inference.forward import run_batch
+
+    batches = _plain["batches"]
     start = time.perf_counter()
-    outputs = [run_batch(policy, device, b.obs, b.noise) for b in batches]
+    outputs = [run_batch(_plain["policy"], _plain["device"], b.obs, b.noise) for b in batches]
     return len(batches) * BATCH / (time.perf_counter() - start), outputs
 
 
-def through_ray(actor: ray.actor.ActorHandle, batches: list[ObsBatch]) -> tuple[float, list[dict[str, np.ndarray]]]:
+def _ray_round(actor: ray.actor.ActorHandle, batches: list[ObsBatch]) -> tuple[float, list[dict[str, np.ndarray]]]:
     start = time.perf_counter()
-    refs = [actor.run_batch.remote("cartpole", "float32", b.obs, b.noise) for b in batches]
-    outputs = ray.get(refs)
+    outputs = ray.get([actor.run_batch.remote("cartpole", "float32", b.obs, b.noise) for b in batches])
     return len(batches) * BATCH / (time.perf_counter() - start), outputs
 
 
 def run() -> Comparison:
-    torch.set_num_threads(1)
-    keep_freed_host_memory()
-    policy = load_policy("cartpole")
-    batches = [make_batch(policy.info, "normal", BATCH, seed) for seed in range(BATCHES)] * CALLS_PER_BATCH
-    local_rates, ray_rates, identical = [], [], True
-    with bench_cards(None, "cpu", 1, ["cartpole"], threads=1) as cards:
-        through_ray(cards[0].actor, batches[:1])  # the actor's first call: cast and cache the policy
+    batches = _batches()
+    plain_rates, ray_rates, identical = [], [], True
+    with (
+        multiprocessing.get_context("spawn").Pool(1, initializer=_start_plain_process) as plain,
+        bench_cards(None, "cpu", 1, {"cartpole": load_policy("cartpole")}, threads=1) as cards,
+    ):
+        actor = cards[0].actor
+        for _ in range(WARMUP_ROUNDS):  # both sides until their heaps hold a round's activations
+            plain.apply(_plain_round)
+            _ray_round(actor, batches)
         for _ in range(ROUNDS):
-            local_rate, local_out = in_process(policy, batches)
-            ray_rate, ray_out = through_ray(cards[0].actor, batches)
-            local_rates.append(local_rate)
+            plain_rate, plain_out = plain.apply(_plain_round)
+            ray_rate, ray_out = _ray_round(actor, batches)
+            plain_rates.append(plain_rate)
             ray_rates.append(ray_rate)
-            identical &= all(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(local_out, ray_out))
-    local, remote = statistics.median(local_rates), statistics.median(ray_rates)
+            identical &= all(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(plain_out, ray_out))
+    local, remote = statistics.median(plain_rates), statistics.median(ray_rates)
     return Comparison(
-        name=f"cartpole forward at batch {BATCH}: through Ray (1 card actor) vs in-process",
+        name=f"cartpole forward at batch {BATCH}: through Ray (1 card actor) vs a plain process",
         measured={
-            "in-process run_batch": f"{local:,.0f} decisions/s (median of {ROUNDS} rounds of {len(batches)} batches)",
+            "plain process, run_batch": f"{local:,.0f} decisions/s (median of {ROUNDS} rounds of {len(batches)} batches)",
             "through Ray, all calls in flight": f"{remote:,.0f} decisions/s (median of {ROUNDS})",
             "outputs identical": str(identical),
         },
-        ratio=remote / local,
-        ratio_label="Ray / in-process decisions/s",
+        ratio=remote / local if identical else 0.0,
+        ratio_label="Ray / plain-process decisions/s (0 unless the outputs are identical)",
         target=TARGET,
+        limit=1.0,  # Ray runs the same forward plus the transfers: it cannot be faster
     )

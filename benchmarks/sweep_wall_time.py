@@ -8,8 +8,8 @@ import tempfile
 import time
 
 from benchmarks import Comparison
-from harness.config import SweepConfig
-from harness.sweep import run_sweep
+from harness.run.options import SweepConfig
+from harness.run.sweep import run_sweep
 
 TARGET_OVERHEAD = 0.10
 TARGET_TOTAL_S = 60.0
@@ -20,18 +20,18 @@ def run() -> Comparison:
         start = time.perf_counter()
         outcome = run_sweep(SweepConfig(results=results, progress=False))
         total = time.perf_counter() - start
-    t = outcome.timings
-    overhead = t.plan_s + t.fanout_s + t.judge_s + t.write_s
+    t = outcome.phases
+    overhead = t["plan"] + t["fanout"] + t["judge"] + t["write"]
     return Comparison(
         name="default sweep wall time (cartpole + huggy-arch, 3 dtypes, 2 simulated cards)",
         measured={
             "total": f"{total:.1f} s (target < {TARGET_TOTAL_S:.0f} s: {'met' if total < TARGET_TOTAL_S else 'NOT met'}), verdict {outcome.status}",
-            "start-up (Ray, actors ready)": f"{t.startup_s:.1f} s",
-            "compute (waiting on actors)": f"{t.compute_s:.1f} s",
-            "overhead: plan": f"{t.plan_s:.2f} s",
-            "overhead: fan-out": f"{t.fanout_s:.2f} s",
-            "overhead: compare": f"{t.judge_s:.2f} s",
-            "overhead: write Parquet": f"{t.write_s:.2f} s",
+            "start-up (Ray, actors ready)": f"{t['startup']:.1f} s",
+            "compute (waiting on actors)": f"{t['compute']:.1f} s",
+            "overhead: plan": f"{t['plan']:.2f} s",
+            "overhead: fan-out": f"{t['fanout']:.2f} s",
+            "overhead: compare": f"{t['judge']:.2f} s",
+            "overhead: write Parquet": f"{t['write']:.2f} s",
         },
         ratio=overhead / total,
         ratio_label="harness overhead / total",

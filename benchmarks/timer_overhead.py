@@ -7,18 +7,16 @@ loop costs under 2 us per iteration. Runs in-process with the same synchronize a
 
 from __future__ import annotations
 
-import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
-
 import time
 from functools import partial
 
 import numpy as np
 import torch
 
-from actors.bench_actor import measure_latency, timed_iterations
 from benchmarks import Comparison
 from harness.devices import open_card, synchronize
-from harness.inference import forward_outputs, to_device
+from harness.inference.forward import forward_outputs, to_device
+from harness.inference.timing import measure_latency, timed_iterations
 from harness.policies import load_policy
 from harness.workloads import make_batch
 

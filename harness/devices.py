@@ -4,26 +4,22 @@ Detection never crashes and never falls back silently. A sweep that asked for NP
 CPU would compare the CPU with itself and call that a pass, so asking for an accelerator that is
 not there is a UsageError (exit 2).
 
-Import this module before torch anywhere a process may meet torch_npu: torch >= 2.5 autoloads
-installed device backends on `import torch`, and torch_npu without the CANN toolkit breaks that
-import. With TORCH_DEVICE_BACKEND_AUTOLOAD=0 torch imports cleanly and `import torch_npu` then
-raises ImportError, which we catch and report.
+torch_npu is imported here, in a guard, never by torch's backend autoload (which the `harness`
+package turns off before torch can load: see harness/__init__.py). Without the CANN toolkit
+`import torch_npu` raises, and the reason is reported instead of a crash.
 """
 
 from __future__ import annotations
 
 import os
+import platform
+from dataclasses import asdict, dataclass, field
+from types import ModuleType
+from typing import Literal
 
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
+import torch
 
-import platform  # noqa: E402
-from dataclasses import asdict, dataclass, field  # noqa: E402
-from types import ModuleType  # noqa: E402
-from typing import Literal  # noqa: E402
-
-import torch  # noqa: E402
-
-from harness.errors import UsageError  # noqa: E402
+from harness.errors import UsageError
 
 Kind = Literal["npu", "cuda", "cpu"]
 ACCELERATORS = ("auto", "npu", "cuda", "cpu")

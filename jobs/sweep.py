@@ -6,27 +6,27 @@ of the working directory, so `--results` must be an absolute path that outlives 
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-# The job's copy of the repository comes first, so the code that runs is the code submitted.
+# The job's copy of the repository comes first, so the code that runs is the code submitted;
+# importing `harness` sets the device-backend guard before anything can import torch.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from harness.cli import Parser, cmd_sweep  # noqa: E402
-from harness.config import add_sweep_arguments  # noqa: E402
+from harness.cli import Parser  # noqa: E402
+from harness.cli import sweep as sweep_command  # noqa: E402
 from harness.errors import UsageError  # noqa: E402
+from harness.run.options import SweepConfig, add_arguments  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="jobs/sweep.py", description="harness sweep, as a Ray job")
-    add_sweep_arguments(parser)
+    add_arguments(parser, SweepConfig)
     args = parser.parse_args(argv)
     try:
         if not Path(getattr(args, "results", "")).is_absolute():
             raise UsageError("--results must be an absolute path: a Ray job runs in a temporary copy of the working dir")
-        return cmd_sweep(args)
+        return sweep_command.run(args)
     except UsageError as exc:
         print(f"jobs/sweep.py: error: {exc}", file=sys.stderr)
         return 2

@@ -1,13 +1,28 @@
-"""Shared test fixtures. The third-party cases live in ../shared/cases beside the checkout."""
+"""Shared test fixtures: the third-party cases beside the checkout, one Ray cluster for the whole
+session, and the sweeps that several test modules read, each run once.
+
+`harness` is imported first: it sets the device-backend guard before any test module can
+import torch, so every test file also passes run alone where torch_npu is installed.
+"""
 
 from __future__ import annotations
 
+import harness  # noqa: F401  (the device-backend guard, before torch)
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.helpers import REPO, harness as run_harness
+
 CASES = REPO.parent / "shared" / "cases"
+SESSION_CARDS = 4
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +30,63 @@ def cases() -> Path:
     if not CASES.is_dir():
         pytest.fail(f"{CASES} is missing: the tests read the shared cases from beside the checkout")
     return CASES
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Head:
+    """A `ray start --head` on 127.0.0.1: its GCS address, its dashboard (the job API) and the
+    environment its client commands need."""
+
+    address: str
+    dashboard: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def ray_head() -> Head:
+    """One Ray cluster for every test that does not test starting one: 4 simulated cards, 2 CPUs,
+    and the dashboard, so that `ray job submit` reaches it too. Stopped at the end of the session."""
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("RAY_ADDRESS", None)
+    port, dashboard = free_port(), free_port()
+    ray = str(bin_dir / "ray")
+    subprocess.run(
+        [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
+         "--resources", json.dumps({"NPU": SESSION_CARDS}), "--include-dashboard=true", "--dashboard-host=127.0.0.1",
+         f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats"],
+        env=env, check=True, capture_output=True, timeout=120,
+    )
+    try:
+        yield Head(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}", env)
+    finally:
+        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+@dataclass
+class SharedSweeps:
+    """Real `harness sweep` runs into one results folder on the session's cluster, each run id
+    run once whichever test asks first."""
+
+    results: Path
+    head: Head
+    procs: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
+
+    def run(self, run_id: str, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
+        if run_id not in self.procs:
+            proc = run_harness("sweep", *args, "--results", str(self.results), "--run-id", run_id, "--address", self.head.address,
+                               "--accelerator", "cpu", "--no-progress", env=self.head.env)
+            assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
+            self.procs[run_id] = proc
+        return self.procs[run_id]
+
+
+@pytest.fixture(scope="session")
+def shared_sweeps(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> SharedSweeps:
+    return SharedSweeps(tmp_path_factory.mktemp("shared") / "results", ray_head)

@@ -1,30 +1,69 @@
-"""The command line: bad input is exit 2 with one line and no traceback; nothing starts Ray."""
+"""The command line: one options system for sweep and bench (flags, TOML, help with defaults);
+bad input is exit 2 with one line and no traceback, before Ray starts and with nothing written."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.helpers import REPO, assert_usage_error, harness
+from harness.run.options import BenchConfig, SweepConfig, config_from_args
+from tests.helpers import REPO, assert_usage_error, cli, harness
 
 
-def test_help_lists_the_subcommands() -> None:
+def _npu_present() -> bool:
+    from harness.devices import npu_available
+
+    return npu_available()[0]
+
+
+def test_the_real_command_lists_its_subcommands_and_reports_a_mistake_in_one_line() -> None:
     proc = harness("--help")
     assert proc.returncode == 0
-    for command in ("info", "sweep", "export-onnx"):
+    for command in ("info", "sweep", "bench", "query", "report", "export-onnx"):
         assert command in proc.stdout
+    bad = harness("sweep", "--bogus")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == ["harness: error: unrecognized arguments: --bogus (see harness --help)"]
+
+
+def test_a_subcommand_that_fails_to_import_fails_the_command_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.cli
+
+    monkeypatch.setitem(sys.modules, "harness.cli.report", None)  # `import harness.cli.report` now raises
+    monkeypatch.delattr(harness.cli, "report")
+    with pytest.raises(ImportError, match="harness.cli.report"):
+        importlib.reload(harness.cli)
+    monkeypatch.undo()
+    importlib.reload(harness.cli)
+
+
+@pytest.mark.parametrize("command", ["sweep", "bench"])
+def test_help_shows_every_default(command: str) -> None:
+    text = " ".join(cli(command, "--help").stdout.split())
+    assert "--policy NAME_OR_PATH" in text and "(default: cartpole huggy-arch)" in text
+    assert "(default: auto)" in text and "(default: results)" in text and "(default: 0)" in text
+    if command == "sweep":
+        assert "(default: float32,float16,bfloat16)" in text and "(default: 1,8,4096)" in text and "(default: 4)" in text
+    else:
+        assert "(default: float32)" in text and "(default: 1,8,256,4096)" in text and "(default: 0.2)" in text
 
 
 def test_info_json() -> None:
-    proc = harness("info", "--json")
+    proc = cli("info", "--json")
     assert proc.returncode == 0
     info = json.loads(proc.stdout)
     assert info["versions"]["torch"].startswith("2.") and info["devices"]["auto"] in ("npu", "cuda", "cpu")
-    assert info["devices"]["npu"]["available"] is False and "torch_npu" in info["devices"]["npu"]["reason"]
+    npu = info["devices"]["npu"]
+    assert npu["available"] == _npu_present()
+    if not npu["available"]:
+        assert "torch_npu" in npu["reason"]
 
 
 @pytest.mark.parametrize(
@@ -34,46 +73,111 @@ def test_info_json() -> None:
         (["--policy", "/nope/model.zip"], "/nope/model.zip: no such file"),
         (["--dtypes", "float8"], "unknown ['float8']"),
         (["--accelerator", "tpu"], "--accelerator 'tpu' is not one of auto, npu, cuda, cpu"),
-        (["--accelerator", "npu"], "--accelerator npu asked for, but torch_npu is not importable"),
         (["--inject-fault", "card1:melt"], "--inject-fault 'card1:melt': expected card<N>:<kind>"),
         (["--batch-sizes", "1,x"], "'1,x' is not a comma-separated list of int"),
         (["--cards", "0"], "--cards 0: need at least 1"),
+        (["--cards", "two"], "--cards 'two' is not an int"),
         (["--config", "/nope.toml"], "/nope.toml: no such config file"),
     ],
 )
 def test_bad_sweep_input_is_exit_2(args: list[str], expected: str, tmp_path: Path) -> None:
-    assert_usage_error(harness("sweep", *args, "--results", str(tmp_path)), expected)
+    assert_usage_error(cli("sweep", *args, "--results", str(tmp_path)), expected)
     assert not (tmp_path / "runs").exists(), "nothing written for a refused sweep"
+
+
+def test_npu_asked_for_where_there_is_none_is_exit_2(tmp_path: Path) -> None:
+    if _npu_present():
+        pytest.skip("this machine has an NPU")
+    assert_usage_error(cli("sweep", "--accelerator", "npu", "--results", str(tmp_path)), "--accelerator npu asked for, but torch_npu is not importable")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--batch-sizes", "0"], "--batch-sizes"),
+        (["--env-impl", "gym"], "--env-impl 'gym' is not one of numpy, gymnasium"),
+        (["--card-counts", "two"], "comma-separated list of int"),
+        (["--card-counts", "1,4", "--cards", "2"], "more than --cards 2"),
+        (["--duration", "-1"], "--duration"),
+        (["--duration", "soon"], "--duration 'soon' is not a float"),
+        (["--policy", "cartpol"], "did you mean 'cartpole'"),
+    ],
+)
+def test_bad_bench_input_is_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
+    assert_usage_error(cli("bench", "--accelerator", "cpu", "--results", str(tmp_path), *args), message)
+    assert not (tmp_path / "bench").exists()
+
+
+@pytest.mark.parametrize("command", ["sweep", "bench"])
+def test_results_that_is_a_file_is_exit_2_before_ray_starts(command: str, tmp_path: Path) -> None:
+    import ray
+
+    not_a_folder = tmp_path / "results"
+    not_a_folder.write_text("a file")
+    start = time.monotonic()
+    assert_usage_error(cli(command, "--accelerator", "cpu", "--results", str(not_a_folder)), f"--results {not_a_folder}: is a file")
+    assert time.monotonic() - start < 5 and not ray.is_initialized()
+    assert not_a_folder.read_text() == "a file"
 
 
 def test_bad_policy_files_are_exit_2_naming_the_file(tmp_path: Path) -> None:
     not_zip = tmp_path / "policy.zip"
     not_zip.write_text("hello")
-    assert_usage_error(harness("sweep", "--policy", str(not_zip)), f"{not_zip}:")
+    assert_usage_error(cli("sweep", "--policy", str(not_zip)), f"{not_zip}:")
     no_pth = tmp_path / "empty.zip"
     with zipfile.ZipFile(no_pth, "w") as z:
         z.writestr("data", "{}")
-    assert_usage_error(harness("sweep", "--policy", str(no_pth)), f"{no_pth}:")
+    assert_usage_error(cli("sweep", "--policy", str(no_pth)), f"{no_pth}:")
     bad_onnx = tmp_path / "bad.onnx"
     bad_onnx.write_bytes(b"\x08\x07garbage")
-    assert_usage_error(harness("export-onnx", str(bad_onnx), str(tmp_path / "out.onnx")), f"{bad_onnx}:")
+    assert_usage_error(cli("export-onnx", str(bad_onnx), str(tmp_path / "out.onnx")), f"{bad_onnx}:")
 
 
-def test_config_file_is_read_and_flags_win(tmp_path: Path) -> None:
+def _parse(*args: str):
     from harness.cli import build_parser
-    from harness.config import config_from_args
 
+    return build_parser().parse_args(list(args))
+
+
+def test_config_file_is_read_by_both_commands_and_flags_win(tmp_path: Path) -> None:
+    toml = tmp_path / "run.toml"
+    toml.write_text('policies = ["cartpole"]\ndtypes = ["float16"]\nbatch_sizes = "1,64"\nthreads = 2\n')
+    sweep = config_from_args(_parse("sweep", "--config", str(toml), "--threads", "3"), SweepConfig)
+    assert (sweep.policies, sweep.dtypes, sweep.batch_sizes, sweep.threads, sweep.episodes) == (["cartpole"], ["float16"], [1, 64], 3, 4)
+    toml.write_text(toml.read_text() + "duration = 1\ncard_counts = [1, 2]\n")
+    bench = config_from_args(_parse("bench", "--config", str(toml)), BenchConfig)
+    assert (bench.policies, bench.dtypes, bench.duration, bench.card_counts) == (["cartpole"], ["float16"], 1.0, [1, 2])
+    # A sweep-only key is unknown to bench, and the other way round.
+    toml.write_text("episodes = 7\n")
+    assert_usage_error(cli("bench", "--config", str(toml)), "unknown keys episodes")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("colour = 'blue'\n", "unknown keys colour"),
+        ("episodes = 'many'\n", "episodes must be a int"),
+        ("policies = 'cartpole'\n", "policies must be a list of str"),
+        ("progress = 1\n", "progress must be a bool"),
+        ("episodes = \n", "not valid TOML"),
+    ],
+)
+def test_bad_config_file_is_exit_2(tmp_path: Path, text: str, expected: str) -> None:
     toml = tmp_path / "sweep.toml"
-    toml.write_text('policies = ["cartpole"]\ndtypes = ["float16"]\nepisodes = 7\n')
-    config = config_from_args(build_parser().parse_args(["sweep", "--config", str(toml), "--episodes", "3"]))
-    assert (config.policies, config.dtypes, config.episodes) == (["cartpole"], ["float16"], 3)
-    toml.write_text("colour = 'blue'\n")
-    assert_usage_error(harness("sweep", "--config", str(toml)), "unknown keys colour")
+    toml.write_text(text)
+    assert_usage_error(cli("sweep", "--config", str(toml), "--results", str(tmp_path)), expected)
+
+
+def test_defaults_live_in_one_place() -> None:
+    from harness.run.options import DEFAULT_POLICIES, DTYPE_ORDER
+
+    assert SweepConfig().policies == BenchConfig().policies == list(DEFAULT_POLICIES)
+    assert SweepConfig().dtypes == list(DTYPE_ORDER) and BenchConfig().dtypes == ["float32"]
 
 
 def test_export_onnx_command(tmp_path: Path) -> None:
     out = tmp_path / "cartpole.onnx"
-    proc = harness("export-onnx", "cartpole", str(out))
+    proc = cli("export-onnx", "cartpole", str(out))
     assert proc.returncode == 0 and out.stat().st_size > 1000
 
 
@@ -98,10 +202,4 @@ def test_onnx_with_wrong_shapes_is_exit_2(cases: Path, tmp_path: Path) -> None:
     init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(wrong), init.name))
     bad = tmp_path / "wrong-shapes.onnx"
     onnx.save(model, bad)
-    assert_usage_error(harness("sweep", "--policy", str(bad), "--results", str(tmp_path)), f"{bad}:")
-
-
-def test_unknown_flag_is_one_line_exit_2() -> None:
-    proc = harness("sweep", "--bogus")
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines() == ["harness: error: unrecognized arguments: --bogus (see harness --help)"]
+    assert_usage_error(cli("sweep", "--policy", str(bad), "--results", str(tmp_path)), f"{bad}:")

@@ -9,7 +9,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from harness.compare import (
+from harness.judge.compare import (
     REL_FLOOR,
     TOLERANCES,
     ULP_NAN,
@@ -210,7 +210,7 @@ def test_bad_tolerances_are_refused():
 def test_ml_dtypes_is_imported_only_for_bfloat16():
     code = (
         "import sys, numpy as np\n"
-        "from harness.compare import compare_bitwise\n"
+        "from harness.judge.compare import compare_bitwise\n"
         "compare_bitwise(np.zeros(2, np.float32), np.zeros(2, np.float32))\n"
         "assert 'ml_dtypes' not in sys.modules, 'ml_dtypes imported for float32'\n"
     )

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.compare import (
+from harness.judge.compare import (
     ULP_NAN,
     Tolerance,
     compare_bitwise,

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from harness.errors import PolicyLoadError, UsageError
-from harness.export_onnx import export_onnx
+from harness.policies.export_onnx import export_onnx
 from harness.policies.base import PolicyInfo, PolicyNet, mlp
 from harness.policies.huggy import huggy_arch
 from harness.policies.mlagents_onnx import load_mlagents_onnx

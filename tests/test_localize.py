@@ -9,15 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from harness.compare import TOLERANCES, Tolerance
-from harness.faults import perturb_one_weight
-from harness.localize import (
-    capture_activations,
-    first_divergent_layer,
-    layer_error,
-    layer_modules,
-    leaf_layers,
-)
+from harness.judge.compare import TOLERANCES, Tolerance
+from harness.inference.faults import perturb_one_weight
+from harness.inference.capture import capture_activations, layer_modules, leaf_layers
+from harness.judge.localize import first_divergent_layer, layer_error
 from harness.policies import PolicyNet, cast_policy, load_policy
 from harness.workloads import make_batch
 

@@ -15,7 +15,7 @@ import torch
 from onnx import numpy_helper
 
 from harness.errors import PolicyLoadError
-from harness.export_onnx import export_onnx
+from harness.policies.export_onnx import export_onnx
 from harness.policies import load_policy
 from harness.policies.base import NORMALIZER_CLAMP, PolicyNet
 from harness.policies.huggy import huggy_arch, huggy_state_dict

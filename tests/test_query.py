@@ -1,8 +1,7 @@
-"""`harness query` and `harness.tables` on Parquet written by a real sweep, and on hand-written rows.
+"""`harness query` and `harness.store.views` on Parquet written by a real sweep, and on hand-written rows.
 
-The real sweep runs at most once per test session whichever module asks first (`sweep_once`,
-shared with test_report.py); the error cases and the partial folders use rows written with
-`harness.results.write_rows`, real Parquet in seconds.
+The real sweep is the session's shared clean run (tests/test_sweep.py); the error cases and the
+partial folders use rows written with `harness.store.writer.write_rows`, real Parquet in seconds.
 """
 
 from __future__ import annotations
@@ -16,33 +15,25 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.errors import UsageError
-from harness.results import SCHEMAS, TABLES, BenchRow, write_rows
-from harness.tables import load_dataframe, load_table
-from tests.helpers import assert_usage_error, harness
+from harness.store.schema import SCHEMAS, TABLES, BenchRow
+from harness.store.views import load_dataframe, load_table
+from harness.store.writer import write_rows
+from tests.conftest import SharedSweeps
+from tests.helpers import assert_usage_error, cli
+from tests.test_sweep import clean_run
 
-CLEAN = "t-clean"
-SWEEP = ("sweep", "--policy", "cartpole", "--dtypes", "float32,bfloat16", "--episodes", "1", "--batch-sizes", "1,8", "--no-progress")
-
-
-def sweep_once(tmp_path_factory: pytest.TempPathFactory, run_id: str, *extra: str) -> Path:
-    """A real sweep into the session's shared results folder, run once per run id per session."""
-    results = tmp_path_factory.getbasetemp() / "sweep-results"
-    if not (results / "checks" / f"run_id={run_id}").is_dir():
-        proc = harness(*SWEEP, "--results", str(results), "--run-id", run_id, *extra)
-        assert proc.returncode == (1 if extra else 0), proc.stdout[-2000:] + proc.stderr[-2000:]
-    return results
+CLEAN = "clean"
 
 
 def bench_row(**changes: object) -> BenchRow:
-    row = BenchRow("cartpole", "float32", "sim-cpu0", 1, 8, "latency", 130.0, 0.9, 1.1, 1.3, 0.95, 8600.0, None, "device", "")
-    for name, value in changes.items():
-        setattr(row, name, value)
-    return row
+    base = dict(policy="cartpole", dtype="float32", device="sim-cpu0", n_cards=1, batch_size=8, mode="latency", first_call_ms=130.0,
+                p50_ms=0.9, p95_ms=1.1, p99_ms=1.3, mean_ms=0.95, decisions_per_s=8600.0, scaling_efficiency=None, timing="device", detail="")
+    return BenchRow(**(base | changes))
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return sweep_once(tmp_path_factory, CLEAN)
+def results(shared_sweeps: SharedSweeps) -> Path:
+    return clean_run(shared_sweeps)
 
 
 @pytest.fixture
@@ -53,7 +44,7 @@ def bench_only(tmp_path: Path) -> Path:
 
 
 def query_json(results: Path, sql: str) -> list[dict[str, object]]:
-    proc = harness("query", sql, "--results", str(results), "--format", "json")
+    proc = cli("query", sql, "--results", str(results), "--format", "json")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"invalid JSON constant {c}"))
 
@@ -84,12 +75,12 @@ def test_every_table_is_a_view_with_a_varchar_run_id(results: Path) -> None:
 @pytest.mark.slow
 def test_csv_and_table_formats(results: Path) -> None:
     sql = f"SELECT dtype, kind, count(*) AS n, max(max_abs) AS worst FROM checks WHERE run_id = '{CLEAN}' GROUP BY ALL ORDER BY ALL"
-    proc = harness("query", sql, "--results", str(results), "--format", "csv")
+    proc = cli("query", sql, "--results", str(results), "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     parsed = list(csv.DictReader(io.StringIO(proc.stdout)))
     assert {(r["dtype"], r["kind"]) for r in parsed} == {(d, k) for d in ("float32", "bfloat16") for k in ("cross_card", "cpu_reference")}
     assert all(int(r["n"]) > 0 and float(r["worst"]) >= 0 for r in parsed)
-    table = harness("query", sql, "--results", str(results))
+    table = cli("query", sql, "--results", str(results))
     assert table.returncode == 0 and "cpu_reference" in table.stdout and "bfloat16" in table.stdout
 
 
@@ -149,10 +140,10 @@ def test_nan_becomes_null_in_json(bench_only: Path) -> None:
     ],
 )
 def test_bad_sql_is_one_line_exit_2(bench_only: Path, sql: str, words: tuple[str, ...]) -> None:
-    assert_usage_error(harness("query", sql, "--results", str(bench_only)), *words)
+    assert_usage_error(cli("query", sql, "--results", str(bench_only)), *words)
 
 
 def test_empty_or_missing_results_folder_is_exit_2(tmp_path: Path) -> None:
     (tmp_path / "checks").mkdir()
-    assert_usage_error(harness("query", "SELECT 1", "--results", str(tmp_path)), "holds no results")
-    assert_usage_error(harness("query", "SELECT 1", "--results", str(tmp_path / "nope")), "does not exist")
+    assert_usage_error(cli("query", "SELECT 1", "--results", str(tmp_path)), "holds no results")
+    assert_usage_error(cli("query", "SELECT 1", "--results", str(tmp_path / "nope")), "does not exist")

@@ -1,4 +1,5 @@
-"""Faults survived and nothing lost: a killed driver, resumed; two sweeps into one folder."""
+"""Faults survived and nothing lost: a card actor killed mid-sweep, a killed driver resumed, two
+sweeps into one folder at once. Real processes on the session's Ray cluster."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from tests.helpers import REPO, harness, read_table
+from tests.conftest import Head
+from tests.helpers import REPO, cli, read_table
 
 pytestmark = pytest.mark.slow
 
-# Enough units that the driver is still busy when it is killed; small enough to stay quick.
-ARGS = ["--policy", "cartpole", "--dtypes", "float32,float16", "--episodes", "2", "--batch-sizes", "1,8,64",
-        "--accelerator", "cpu", "--no-progress"]
+# Enough units that the driver is still busy when the fault comes; small enough to stay quick.
+ARGS = ("--policy", "cartpole", "--dtypes", "float32,float16", "--episodes", "2", "--batch-sizes", "1,8,64",
+        "--accelerator", "cpu", "--cards", "2", "--no-progress")
 VERDICT = ("unit_id", "output", "kind", "device_a", "device_b", "passed", "bitwise_equal", "max_abs", "n_mismatch")
 
 
@@ -33,40 +35,43 @@ def _visible_parquet(results: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def clean_verdicts(tmp_path_factory: pytest.TempPathFactory) -> set[tuple]:
+def clean_verdicts(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> set[tuple]:
     """The verdicts of the same sweep, uninterrupted."""
     clean = tmp_path_factory.mktemp("clean")
-    proc = harness("sweep", *ARGS, "--results", str(clean))
+    proc = cli("sweep", *ARGS, "--results", str(clean), "--address", ray_head.address)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _verdicts(clean)
 
 
-def _start_sweep(results: Path, run_id: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", "sweep", *ARGS, "--results", str(results), "--run-id", run_id],
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+def _start_sweep(head: Head, results: Path, run_id: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "harness", "sweep", *ARGS, "--results", str(results), "--run-id", run_id,
+                             "--address", head.address], cwd=REPO, env=head.env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def _wait_for_units(driver: subprocess.Popen, staging: Path, n: int) -> None:
+    """Until `n` units are staged. The sweep writes nothing a watcher could block on, so this polls."""
     deadline = time.monotonic() + 180
     while len(list(staging.glob("*.done"))) < n:
         assert driver.poll() is None, "the sweep ended before the fault could be injected"
         assert time.monotonic() < deadline, "no unit finished in time"
-        time.sleep(0.1)
+        time.sleep(0.05)
 
 
 def _kill_group(pid: int) -> None:
-    """The driver's whole session: the local Ray it started dies with it, whatever happened."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGKILL)
 
 
-def test_card_actor_killed_by_pid_is_restarted_and_the_verdicts_hold(tmp_path: Path, clean_verdicts: set[tuple]) -> None:
-    driver = _start_sweep(tmp_path, "card-killed")
+def test_card_actor_killed_by_pid_is_restarted_and_the_verdicts_hold(ray_head: Head, tmp_path: Path, clean_verdicts: set[tuple]) -> None:
+    from ray.util.state import list_actors
+
+    driver = _start_sweep(ray_head, tmp_path, "card-killed")
     try:
         _wait_for_units(driver, tmp_path / ".staging" / "card-killed", 1)
-        pids = subprocess.run(["pgrep", "-s", str(driver.pid), "-f", "ray::PolicyActor"], capture_output=True, text=True).stdout.split()
-        assert pids, "a card actor process to kill"
-        os.kill(int(pids[-1]), signal.SIGKILL)
+        cards = list_actors(address=ray_head.dashboard, filters=[("class_name", "=", "PolicyActor"), ("state", "=", "ALIVE")], detail=True)
+        assert cards, "a card actor to kill"
+        os.kill(int(cards[-1].pid), signal.SIGKILL)
         out, err = driver.communicate(timeout=300)
     finally:
         _kill_group(driver.pid)
@@ -74,9 +79,9 @@ def test_card_actor_killed_by_pid_is_restarted_and_the_verdicts_hold(tmp_path: P
     assert _verdicts(tmp_path) == clean_verdicts
 
 
-def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(tmp_path: Path, clean_verdicts: set[tuple]) -> None:
+def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(ray_head: Head, tmp_path: Path, clean_verdicts: set[tuple]) -> None:
     killed = tmp_path / "killed"
-    driver = _start_sweep(killed, "victim")
+    driver = _start_sweep(ray_head, killed, "victim")
     staging = killed / ".staging" / "victim"
     try:
         _wait_for_units(driver, staging, 3)
@@ -93,7 +98,7 @@ def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(tmp_
     assert not (killed / "checks").exists()
     done_before = {p.name.removesuffix(".done") for p in staging.glob("*.done")}
 
-    resumed = harness("sweep", "--resume", "victim", "--results", str(killed), "--no-progress")
+    resumed = cli("sweep", "--resume", "victim", "--results", str(killed), "--no-progress", "--address", ray_head.address)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     [run] = read_table(killed, "runs").to_pylist()
     assert run["status"] == "passed"
@@ -104,14 +109,14 @@ def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(tmp_
 
 
 def test_resume_of_a_finished_or_unknown_run_is_exit_2(tmp_path: Path) -> None:
-    proc = harness("sweep", "--resume", "nope", "--results", str(tmp_path))
+    proc = cli("sweep", "--resume", "nope", "--results", str(tmp_path))
     assert proc.returncode == 2 and proc.stderr.strip() == f"harness: error: --resume nope: no such run in {tmp_path}"
 
 
-def test_two_concurrent_sweeps_into_one_folder(tmp_path: Path) -> None:
+def test_two_concurrent_sweeps_into_one_folder(ray_head: Head, tmp_path: Path) -> None:
     small = ["--policy", "cartpole", "--dtypes", "float32", "--episodes", "1", "--batch-sizes", "1",
-             "--accelerator", "cpu", "--no-progress", "--results", str(tmp_path)]
-    procs = [subprocess.Popen([sys.executable, "-m", "harness", "sweep", *small], cwd=REPO,
+             "--accelerator", "cpu", "--cards", "2", "--no-progress", "--results", str(tmp_path), "--address", ray_head.address]
+    procs = [subprocess.Popen([sys.executable, "-m", "harness", "sweep", *small], cwd=REPO, env=ray_head.env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]

@@ -1,7 +1,8 @@
-"""`harness report` and `--compare` on a real clean sweep and a real sweep with one perturbed weight.
+"""`harness report` and `--compare` on the session's real clean sweep and its real sweep with a
+fault on each of three cards (tests/test_sweep.py).
 
-Bench rows are written with `harness.results.write_rows` (real Parquet), since the numbers a plot
-draws need not come from a timed run. The HTML page is parsed; its images must exist and load.
+Bench rows are written with `harness.store.writer.write_rows` (real Parquet), since the numbers a
+plot draws need not come from a timed run. The HTML page is parsed; its images must exist and load.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from harness.results import CheckRow, write_rows
-from tests.helpers import assert_usage_error, harness
-from tests.test_query import CLEAN, bench_row, sweep_once
+from harness.store.schema import CheckRow
+from harness.store.writer import write_rows
+from tests.conftest import SharedSweeps
+from tests.helpers import assert_usage_error, cli
+from tests.test_query import CLEAN, bench_row
+from tests.test_sweep import clean_run, faults_run
 
-FAULTY = "t-perturbed"
+FAULTY = "faults"
 SLOWER = "t-bench-slower"  # a bench-only run whose throughput is half the clean run's
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -39,10 +43,10 @@ def bench_rows(scale: float) -> list:
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def results(shared_sweeps: SharedSweeps, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shared sweeps, copied so that the bench rows added here stay out of test_query's view."""
-    sweep_once(tmp_path_factory, CLEAN)
-    shared = sweep_once(tmp_path_factory, FAULTY, "--inject-fault", "card1:perturb-weight")
+    clean_run(shared_sweeps)
+    shared = faults_run(shared_sweeps, cases)
     mine = tmp_path_factory.mktemp("report") / "results"
     shutil.copytree(shared, mine, ignore=shutil.ignore_patterns(".staging"))
     write_rows(mine, "bench", CLEAN, bench_rows(1.0))
@@ -93,11 +97,11 @@ def assert_png(path: Path) -> None:
 
 @pytest.mark.slow
 def test_terminal_report_of_the_latest_run(results: Path) -> None:
-    proc = harness("report", "--results", str(results))
+    proc = cli("report", "--results", str(results))
     assert proc.returncode == 1, proc.stderr  # the latest run (by started_at) is the perturbed one
     out = proc.stdout
     assert out.startswith(f"run {FAULTY}: FAILED")
-    assert "card1:perturb-weight" in out
+    assert "card1:perturb-weight,card2:mkl-avx2,card3:corrupt-weight" in out
     verdicts = out.split("Verdict per policy and dtype")[1].split("Failed checks")[0]
     assert "FAIL" in verdicts and "cpu_reference" in verdicts
     failed = out.split("Failed checks")[1].split("Precision")[0]
@@ -109,7 +113,7 @@ def test_terminal_report_of_the_latest_run(results: Path) -> None:
 
 @pytest.mark.slow
 def test_html_page_with_tables_and_plots(results: Path, tmp_path: Path) -> None:
-    proc = harness("report", CLEAN, "--results", str(results), "--out", str(tmp_path))
+    proc = cli("report", CLEAN, "--results", str(results), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "skipped" not in proc.stdout
     page = parse_page(tmp_path / "report.html")
@@ -128,7 +132,7 @@ def test_html_page_with_tables_and_plots(results: Path, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_plots_without_data_are_skipped_with_a_note(results: Path, tmp_path: Path) -> None:
     (tmp_path / "latency.png").write_bytes(b"an older run's plot")
-    proc = harness("report", FAULTY, "--results", str(results), "--out", str(tmp_path))
+    proc = cli("report", FAULTY, "--results", str(results), "--out", str(tmp_path))
     assert proc.returncode == 1
     assert "plot throughput.png skipped" in proc.stdout and "plot latency.png skipped" in proc.stdout
     assert not (tmp_path / "latency.png").exists() and not (tmp_path / "throughput.png").exists()
@@ -140,7 +144,7 @@ def test_plots_without_data_are_skipped_with_a_note(results: Path, tmp_path: Pat
 
 @pytest.mark.slow
 def test_compare_flags_the_perturbed_weight(results: Path) -> None:
-    proc = harness("report", "--compare", CLEAN, FAULTY, "--results", str(results))
+    proc = cli("report", "--compare", CLEAN, FAULTY, "--results", str(results))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     newly_failed = proc.stdout.split("Checks that passed in A and fail in B")[1].split("Errors (max_abs)")[0]
     assert "cross_card" in newly_failed and "sim-cpu1 vs sim-cpu0" in newly_failed and "first mismatch at [" in newly_failed
@@ -151,44 +155,48 @@ def test_compare_flags_the_perturbed_weight(results: Path) -> None:
 
 @pytest.mark.slow
 def test_compare_is_quiet_on_identical_runs(results: Path) -> None:
-    proc = harness("report", "--compare", CLEAN, CLEAN, "--results", str(results))
+    proc = cli("report", "--compare", CLEAN, CLEAN, "--results", str(results))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no regression" in proc.stdout and "REGRESSED" not in proc.stdout
 
 
 @pytest.mark.slow
 def test_compare_throughput_threshold(results: Path) -> None:
-    dropped = harness("report", "--compare", CLEAN, SLOWER, "--results", str(results))
+    dropped = cli("report", "--compare", CLEAN, SLOWER, "--results", str(results))
     assert dropped.returncode == 1
     table = dropped.stdout.split("Throughput that dropped more than 10%")[1]
     assert table.count("50.0%") == 4  # 2 dtypes x 2 card counts at half the rate; latency rows unchanged
-    assert harness("report", "--compare", CLEAN, SLOWER, "--drop-percent", "60", "--results", str(results)).returncode == 0
+    assert cli("report", "--compare", CLEAN, SLOWER, "--drop-percent", "60", "--results", str(results)).returncode == 0
 
 
 @pytest.mark.slow
 def test_unknown_run_id_lists_the_latest(results: Path) -> None:
-    proc = harness("report", "no-such-run", "--results", str(results))
+    proc = cli("report", "no-such-run", "--results", str(results))
     assert_usage_error(proc, "unknown run id 'no-such-run'", FAULTY, CLEAN)
 
 
 def check_row(passed: bool, max_abs: float) -> CheckRow:
-    return CheckRow("u1", "cartpole", "bfloat16", "normal-b8-s0", "logits", "cpu_reference", "npu1", "cpu", "ab" * 32,
-                    False, 16, 3, 9, max_abs, max_abs / 4, 0.01, 0.99999, 0.05, 0.02, 0.999, passed, "" if passed else "max_abs 3 > 0.05 + 0.02 * 2.1")
+    return CheckRow(
+        unit_id="u1", policy="cartpole", dtype="bfloat16", workload="normal-b8-s0", output="logits", kind="cpu_reference",
+        device_a="npu1", device_b="cpu", input_sha256="ab" * 32, bitwise_equal=False, n_elements=16, n_mismatch=3, max_ulp=9,
+        max_abs=max_abs, mean_abs=max_abs / 4, max_rel=0.01, cosine=0.99999, atol=0.05, rtol=0.02, min_cos=0.999, passed=passed,
+        detail="" if passed else "max_abs 3 > 0.05 + 0.02 * 2.1",
+    )
 
 
 def test_compare_on_rows_altered_by_hand(tmp_path: Path) -> None:
     write_rows(tmp_path, "checks", "a", [check_row(True, 0.01)])
     write_rows(tmp_path, "checks", "b", [check_row(True, 0.019)])
     write_rows(tmp_path, "checks", "c", [check_row(False, 3.0)])
-    assert harness("report", "--compare", "a", "b", "--results", str(tmp_path)).returncode == 0  # grew 1.9x: under 2x
-    assert harness("report", "--compare", "a", "b", "--error-factor", "1.5", "--results", str(tmp_path)).returncode == 1
-    regressed = harness("report", "--compare", "a", "c", "--results", str(tmp_path))
+    assert cli("report", "--compare", "a", "b", "--results", str(tmp_path)).returncode == 0  # grew 1.9x: under 2x
+    assert cli("report", "--compare", "a", "b", "--error-factor", "1.5", "--results", str(tmp_path)).returncode == 1
+    regressed = cli("report", "--compare", "a", "c", "--results", str(tmp_path))
     assert regressed.returncode == 1 and "max_abs 3 > 0.05" in regressed.stdout and "300x" in regressed.stdout
-    assert harness("report", "--compare", "c", "a", "--results", str(tmp_path)).returncode == 0  # a fix is no regression
+    assert cli("report", "--compare", "c", "a", "--results", str(tmp_path)).returncode == 0  # a fix is no regression
 
 
 def test_report_bad_input_is_exit_2(tmp_path: Path) -> None:
     write_rows(tmp_path, "checks", "a", [check_row(True, 0.01)])
-    assert_usage_error(harness("report", "--compare", "a", "zz", "--results", str(tmp_path)), "unknown run id 'zz'", "a")
-    assert_usage_error(harness("report", "--compare", "a", "a", "--error-factor", "0.5", "--results", str(tmp_path)), "--error-factor")
-    assert_usage_error(harness("report", "--results", str(tmp_path / "empty")), "does not exist")
+    assert_usage_error(cli("report", "--compare", "a", "zz", "--results", str(tmp_path)), "unknown run id 'zz'", "a")
+    assert_usage_error(cli("report", "--compare", "a", "a", "--error-factor", "0.5", "--results", str(tmp_path)), "--error-factor")
+    assert_usage_error(cli("report", "--results", str(tmp_path / "empty")), "does not exist")

@@ -1,7 +1,9 @@
-"""End to end: the real `harness sweep` on a local Ray with simulated cards, read back from Parquet.
+"""End to end: the real `harness sweep` on the session's Ray cluster with simulated cards, read
+back from Parquet.
 
 Every check is also shown failing: each injected fault must turn the run red, with the failing
-rows naming the card and the first mismatch.
+rows naming the card and the first mismatch. Faults that do not interfere share one sweep, one
+card each.
 """
 
 from __future__ import annotations
@@ -12,129 +14,123 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from tests.helpers import duckdb_rows, harness, read_table
+from tests.conftest import Head, SharedSweeps
+from tests.helpers import cli, duckdb_rows, read_table
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["--policy", "cartpole", "--policy", "huggy-arch", "--dtypes", "float32,bfloat16", "--episodes", "2",
-         "--batch-sizes", "1,8", "--no-progress", "--accelerator", "cpu"]
+SMALL = ("--policy", "cartpole", "--policy", "huggy-arch", "--dtypes", "float32,bfloat16", "--episodes", "2", "--batch-sizes", "1,8", "--cards", "2")
+# One fault per card; card 0 stays clean, so every other card is judged against an honest one.
+FAULTS = ("--inject-fault", "card1:perturb-weight", "--inject-fault", "card2:mkl-avx2", "--inject-fault", "card3:corrupt-weight")
+CRASHES = ("--inject-fault", "card1:crash-once", "--inject-fault", "card2:crash-always")
 
 
-@pytest.fixture(scope="module")
-def clean_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, object]:
-    results = tmp_path_factory.mktemp("clean")
-    return results, harness("sweep", *SMALL, "--results", str(results), "--run-id", "clean")
+def clean_run(sweeps: SharedSweeps) -> Path:
+    sweeps.run("clean", *SMALL)
+    return sweeps.results
 
 
-def test_clean_sweep_passes_and_writes_every_table(clean_run: tuple[Path, object]) -> None:
-    results, proc = clean_run
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "run clean: PASSED" in proc.stdout
-    checks = read_table(results, "checks")
-    assert checks.num_rows > 100
-    assert set(checks.column("kind").to_pylist()) == {"cross_card", "cpu_reference"}
-    assert all(checks.column("passed").to_pylist())
-    assert set(checks.column("run_id").to_pylist()) == {"clean"}
-    assert {"logits", "mu", "action", "stochastic_action", "returns"} <= set(checks.column("output").to_pylist())
+def faults_run(sweeps: SharedSweeps, cases: Path) -> Path:
+    """cartpole, huggy-arch and the ML-Agents 3DBall export on 4 cards, a fault on each of cards 1-3."""
+    onnx = str(cases / "mlagents-3DBall" / "3DBall.onnx")
+    sweeps.run("faults", *SMALL[:-2], "--policy", onnx, "--cards", "4", *FAULTS, expect=1)
+    return sweeps.results
+
+
+def _rows(results: Path, table: str, run_id: str) -> list[dict]:
+    rows = read_table(results, table)
+    return rows.filter(pc.equal(rows.column("run_id"), run_id)).to_pylist()
+
+
+def _failed(results: Path, run_id: str) -> list[dict]:
+    return [r for r in _rows(results, "checks", run_id) if not r["passed"]]
+
+
+def test_clean_sweep_passes_and_writes_every_table(shared_sweeps: SharedSweeps) -> None:
+    results = clean_run(shared_sweeps)
+    assert "run clean: PASSED" in shared_sweeps.procs["clean"].stdout
+    checks = _rows(results, "checks", "clean")
+    assert len(checks) > 100
+    assert {r["kind"] for r in checks} == {"cross_card", "cpu_reference"}
+    assert all(r["passed"] for r in checks)
+    assert {"logits", "mu", "action", "stochastic_action", "returns"} <= {r["output"] for r in checks}
     # Every row traces to the bytes that went in.
-    assert all(len(h) == 64 for h in checks.column("input_sha256").to_pylist())
-    cross = checks.filter(pc.equal(checks.column("kind"), "cross_card"))
-    assert set(cross.column("device_a").to_pylist()) == {"sim-cpu1"}
-    assert set(cross.column("device_b").to_pylist()) == {"sim-cpu0"}
+    assert all(len(r["input_sha256"]) == 64 for r in checks)
+    cross = [r for r in checks if r["kind"] == "cross_card"]
+    assert {r["device_a"] for r in cross} == {"sim-cpu1"} and {r["device_b"] for r in cross} == {"sim-cpu0"}
 
-    runs = read_table(results, "runs").to_pylist()
-    assert len(runs) == 1 and runs[0]["status"] == "passed" and runs[0]["n_cards"] == 2
-    devices = json.loads(runs[0]["devices"])
+    [run] = _rows(results, "runs", "clean")
+    assert run["status"] == "passed" and run["n_cards"] == 2
+    devices = json.loads(run["devices"])
     assert [d["label"] for d in devices] == ["sim-cpu0", "sim-cpu1", "cpu"]
     assert all(d["simulated"] for d in devices[:2]) and not devices[2]["simulated"]
-    assert json.loads(runs[0]["config_json"])["dtypes"] == ["float32", "bfloat16"]
-    policies = {p["name"]: p for p in json.loads(runs[0]["policies"])}
+    assert json.loads(run["config_json"])["dtypes"] == ["float32", "bfloat16"]
+    policies = {p["name"]: p for p in json.loads(run["policies"])}
     assert policies["huggy-arch"]["synthetic"] and policies["huggy-arch"]["detail"].startswith("SYNTHETIC")
 
-    episodes = read_table(results, "episodes")
+    episodes = _rows(results, "episodes", "clean")
     # cartpole only: 2 dtypes x 2 modes x 2 seeds x (2 cards + the CPU reference)
-    assert episodes.num_rows == 2 * 2 * 2 * 3
-    assert set(episodes.column("length").to_pylist()) == {500}
-    assert set(episodes.column("env_id").to_pylist()) == {"seals/CartPole-v0"}
+    assert len(episodes) == 2 * 2 * 2 * 3
+    assert {e["length"] for e in episodes} == {500}
+    assert {e["env_id"] for e in episodes} == {"seals/CartPole-v0"}
 
 
-def test_duckdb_reads_the_same_rows(clean_run: tuple[Path, object]) -> None:
-    results, _ = clean_run
-    [(n, failed)] = duckdb_rows(results, "SELECT count(*), count(*) FILTER (WHERE NOT passed) FROM checks", "checks")
-    assert n == read_table(results, "checks").num_rows and failed == 0
-    [(returns,)] = duckdb_rows(results, "SELECT min(episode_return) FROM episodes WHERE mode = 'deterministic'", "episodes")
+def test_duckdb_reads_the_same_rows(shared_sweeps: SharedSweeps) -> None:
+    results = clean_run(shared_sweeps)
+    [(n, failed)] = duckdb_rows(results, "SELECT count(*), count(*) FILTER (WHERE NOT passed) FROM checks WHERE run_id = 'clean'", "checks")
+    assert n == len(_rows(results, "checks", "clean")) and failed == 0
+    [(returns,)] = duckdb_rows(results, "SELECT min(episode_return) FROM episodes WHERE mode = 'deterministic' AND run_id = 'clean'", "episodes")
     assert returns == 500.0  # the shipped cartpole balances the pole for the whole episode
-    assert not list(results.glob(".staging/*")), "staging is removed once the run is written"
+    assert not list(results.glob(".staging/clean*")), "staging is removed once the run is written"
 
 
-def _failed(results: Path) -> list[dict]:
-    checks = read_table(results, "checks")
-    return checks.filter(pc.invert(checks.column("passed"))).to_pylist()
-
-
-def test_perturbed_weight_on_card1_fails_cross_card(tmp_path: Path) -> None:
-    proc = harness("sweep", *SMALL, "--results", str(tmp_path), "--inject-fault", "card1:perturb-weight")
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    failed = _failed(tmp_path)
+def test_perturbed_weight_fails_cross_card_only_and_names_the_layer(shared_sweeps: SharedSweeps, cases: Path) -> None:
+    results = faults_run(shared_sweeps, cases)
+    failed = [r for r in _failed(results, "faults") if r["device_a"] == "sim-cpu1"]
     assert failed and {r["kind"] for r in failed} == {"cross_card"}
-    assert {r["device_a"] for r in failed} == {"sim-cpu1"}
     assert all(r["detail"].startswith("first mismatch at [") and r["n_mismatch"] > 0 for r in failed)
     # ... and says where it broke: the perturbed weight is in the first Linear layer.
     assert all("first divergent layer: body.0 Linear(" in r["detail"] for r in failed), failed[0]["detail"]
-    assert {r["policy"] for r in failed} == {"cartpole", "huggy-arch"}
     # One ULP of one weight stays inside the CPU tolerance: only the bitwise check can see it.
-    [run] = read_table(tmp_path, "runs").to_pylist()
-    assert run["status"] == "failed" and run["faults"] == "card1:perturb-weight"
-    assert "FAIL" in proc.stdout
+    assert {r["policy"] for r in failed} >= {"cartpole", "huggy-arch"}
+    [run] = _rows(results, "runs", "faults")
+    assert run["status"] == "failed" and run["faults"] == "card1:perturb-weight,card2:mkl-avx2,card3:corrupt-weight"
+    assert "FAIL" in shared_sweeps.procs["faults"].stdout
 
 
-def test_mkl_avx2_on_card1_fails_cross_card(tmp_path: Path) -> None:
-    proc = harness("sweep", "--policy", "huggy-arch", "--dtypes", "float32", "--batch-sizes", "1,8", "--no-progress",
-                   "--accelerator", "cpu", "--results", str(tmp_path), "--inject-fault", "card1:mkl-avx2")
-    assert proc.returncode == 1, proc.stderr[-3000:]
-    failed = _failed(tmp_path)
-    assert failed and {(r["kind"], r["device_a"]) for r in failed} == {("cross_card", "sim-cpu1")}
-    [run] = read_table(tmp_path, "runs").to_pylist()
-    card1 = json.loads(run["devices"])[1]
-    assert card1["runtime"]["mkl_cbwr"] == "AVX2"
+def test_mkl_avx2_fails_cross_card_only(shared_sweeps: SharedSweeps, cases: Path) -> None:
+    results = faults_run(shared_sweeps, cases)
+    failed = [r for r in _failed(results, "faults") if r["device_a"] == "sim-cpu2"]
+    assert failed and {r["kind"] for r in failed} == {"cross_card"}
+    [run] = _rows(results, "runs", "faults")
+    card2 = json.loads(run["devices"])[2]
+    assert card2["runtime"]["mkl_cbwr"] == "AVX2" and card2["faults"] == ["card2:mkl-avx2"]
 
 
-def test_card_that_crashes_once_is_restarted_and_the_verdicts_hold(tmp_path: Path) -> None:
-    proc = harness("sweep", "--policy", "cartpole", "--dtypes", "float32", "--episodes", "1", "--batch-sizes", "1,8",
-                   "--no-progress", "--accelerator", "cpu", "--results", str(tmp_path), "--inject-fault", "card1:crash-once")
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    checks = read_table(tmp_path, "checks")
-    assert all(checks.column("passed").to_pylist()) and "error" not in checks.column("kind").to_pylist()
-    [run] = read_table(tmp_path, "runs").to_pylist()
-    assert run["faults"] == "card1:crash-once" and run["status"] == "passed"
+def test_corrupt_weight_fails_both_references_and_onnx_cards_pass_onnxruntime(shared_sweeps: SharedSweeps, cases: Path) -> None:
+    results = faults_run(shared_sweeps, cases)
+    onnx_rows = [r for r in _rows(results, "checks", "faults") if r["kind"] == "onnx_reference"]
+    assert onnx_rows and {r["device_b"] for r in onnx_rows} == {"onnxruntime"} and {r["output"] for r in onnx_rows} == {"action"}
+    assert all(r["passed"] for r in onnx_rows if r["device_a"] != "sim-cpu3")
 
-
-def test_card_that_keeps_dying_is_recorded_and_the_rest_completes(tmp_path: Path) -> None:
-    proc = harness("sweep", "--policy", "cartpole", "--dtypes", "float32", "--episodes", "1", "--batch-sizes", "1",
-                   "--no-progress", "--accelerator", "cpu", "--results", str(tmp_path), "--inject-fault", "card1:crash-always")
-    assert proc.returncode == 1
-    checks = read_table(tmp_path, "checks")
-    errors = checks.filter(pc.equal(checks.column("kind"), "error")).to_pylist()
-    assert errors and {r["device_a"] for r in errors} == {"sim-cpu1"}
-    # card 0 was still judged against the CPU on every unit
-    ref = checks.filter(pc.equal(checks.column("kind"), "cpu_reference")).to_pylist()
-    assert ref and {r["device_a"] for r in ref} == {"sim-cpu0"} and all(r["passed"] for r in ref)
-    [run] = read_table(tmp_path, "runs").to_pylist()
-    assert run["status"] == "failed" and "sim-cpu1" in json.loads(run["summary"])["dead_cards"]
-
-
-def test_onnx_policy_is_judged_against_onnxruntime_and_a_broken_card_fails_both_references(cases: Path, tmp_path: Path) -> None:
-    onnx = str(cases / "mlagents-3DBall" / "3DBall.onnx")
-    args = ["--policy", onnx, "--dtypes", "float32", "--batch-sizes", "8", "--no-progress", "--accelerator", "cpu"]
-    clean = harness("sweep", *args, "--results", str(tmp_path / "clean"))
-    assert clean.returncode == 0, clean.stderr[-3000:]
-    checks = read_table(tmp_path / "clean", "checks")
-    onnx_rows = checks.filter(pc.equal(checks.column("kind"), "onnx_reference")).to_pylist()
-    assert onnx_rows and all(r["passed"] and r["device_b"] == "onnxruntime" and r["output"] == "action" for r in onnx_rows)
-
-    broken = harness("sweep", *args, "--results", str(tmp_path / "broken"), "--inject-fault", "card1:corrupt-weight")
-    assert broken.returncode == 1
-    failed = _failed(tmp_path / "broken")
-    assert {(r["kind"], r["device_a"]) for r in failed} == {("cross_card", "sim-cpu1"), ("cpu_reference", "sim-cpu1"), ("onnx_reference", "sim-cpu1")}
-    ref_fail = next(r for r in failed if r["kind"] == "cpu_reference" and r["output"] == "mu")
+    failed = [r for r in _failed(results, "faults") if r["device_a"] == "sim-cpu3"]
+    kinds = {(r["policy"].rsplit("/", 1)[-1], r["kind"]) for r in failed}
+    assert {("3DBall.onnx", "cross_card"), ("3DBall.onnx", "cpu_reference"), ("3DBall.onnx", "onnx_reference")} <= kinds
+    ref_fail = next(r for r in failed if r["kind"] == "cpu_reference" and r["output"] == "mu" and r["policy"].endswith("3DBall.onnx"))
     assert "max_abs" in ref_fail["detail"] and "first divergent layer: body.0 Linear(8, 128)" in ref_fail["detail"]
+
+
+def test_a_card_that_crashes_once_is_restarted_and_one_that_keeps_dying_is_recorded(ray_head: Head, tmp_path: Path) -> None:
+    results = tmp_path
+    proc = cli("sweep", "--policy", "cartpole", "--dtypes", "float32", "--episodes", "1", "--batch-sizes", "1,8", "--cards", "3",
+               *CRASHES, "--accelerator", "cpu", "--no-progress", "--address", ray_head.address, "--results", str(results), "--run-id", "crashes")
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    checks = _rows(results, "checks", "crashes")
+    errors = [r for r in checks if r["kind"] == "error"]
+    assert errors and {r["device_a"] for r in errors} == {"sim-cpu2"}, proc.stdout[-2000:]
+    # card 1 died once, was restarted and retried: its verdicts hold, as card 0's do
+    judged = [r for r in checks if r["kind"] != "error"]
+    assert {r["device_a"] for r in judged} == {"sim-cpu0", "sim-cpu1"} and all(r["passed"] for r in judged)
+    [run] = _rows(results, "runs", "crashes")
+    assert run["status"] == "failed" and json.loads(run["summary"])["dead_cards"] == ["sim-cpu2"]
+    assert run["faults"] == "card1:crash-once,card2:crash-always"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from harness.config import SweepConfig
-from harness.plan import plan_units
+from harness.run.options import SweepConfig
+from harness.run.plan import plan_units
 from harness.policies import load_policy
 from harness.workloads import batch_sha256, make_batch
 

@@ -1,13 +1,7 @@
 """Say where it broke: the first layer whose activations part, as msprobe's first-diverging-API
-analysis does on Ascend.
-
-Two halves, kept apart like the rest of the harness (runners produce, `compare` judges):
-
-- `capture_activations` runs inside a card's actor, on any torch device: one forward with a
-  hook on every leaf layer of a `PolicyNet` (`normalizer`, `body.i`, `head`), outputs copied
-  to the CPU as numpy. It never judges.
-- `first_divergent_layer` is pure numpy: it walks the layers of two captures of the same input
-  in execution order and returns the first that fails the check, with the measured comparison.
+analysis does on Ascend. The judging half, pure numpy: `harness.inference.capture` records every
+layer's output inside each actor; this walks two captures of the same input in execution order
+and returns the first layer that fails the check, with the measured comparison.
 
 Two cards must agree bit for bit at every layer, so the first layer that differs is where they
 part. Against the CPU float32 reference a float16 or bfloat16 card drifts at every layer by
@@ -22,15 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
-import torch
-from torch import nn
 
-from harness.compare import Comparison, Tolerance, compare_bitwise, compare_tolerance
-from harness.policies.base import Normalizer, PolicyNet
-
-# numpy has no bfloat16 of its own; float16 is widened with it so every layer of every card
-# arrives as float32, the dtype the reference and the output checks use. Widening is exact.
-_WIDENED = (torch.float16, torch.bfloat16)
+from harness.judge.compare import Comparison, Tolerance, compare_bitwise, compare_tolerance
 
 
 @dataclass(frozen=True)
@@ -80,39 +67,6 @@ class Divergence:
         if not self.errors or self.errors[-2].rel_error == 0:
             return "inputs identical"
         return "input within tolerance"
-
-
-def leaf_layers(policy: PolicyNet) -> dict[str, nn.Module]:
-    """The modules hooked, by name: every module without children (`normalizer`, `body.i`, `head`)."""
-    return {name: m for name, m in policy.named_modules() if name and next(m.children(), None) is None}
-
-
-def layer_modules(policy: PolicyNet) -> dict[str, str]:
-    """Short descriptions of the leaf layers, e.g. {"body.0": "Linear(4, 64)"}, for `modules=`."""
-    return {name: _module_text(m) for name, m in leaf_layers(policy).items()}
-
-
-def capture_activations(policy: PolicyNet, obs: tuple[torch.Tensor, ...]) -> dict[str, np.ndarray]:
-    """Every leaf layer's output for one forward of `obs`, in execution order, as CPU numpy.
-
-    The dict is filled as hooks fire, so its order is the order the layers ran in. Each output
-    is copied at once: an in-place activation later in the forward would otherwise rewrite the
-    array of the layer before it on a CPU device, where `.cpu().numpy()` shares memory.
-    """
-    names = {m: name for name, m in leaf_layers(policy).items()}
-    acts: dict[str, np.ndarray] = {}
-
-    def record(module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-        acts[names[module]] = _to_numpy(output)
-
-    handles = [m.register_forward_hook(record) for m in names]
-    try:
-        with torch.inference_mode():
-            policy(*obs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    return acts
 
 
 def first_divergent_layer(
@@ -166,19 +120,6 @@ def layer_error(layer: str, actual: np.ndarray, reference: np.ndarray, previous:
     # A ratio over an exact layer says nothing: the drift starts here.
     growth = rel / previous.rel_error if previous is not None and previous.rel_error > 0 else None
     return LayerError(layer, rel, growth)
-
-
-def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    dtype = torch.float32 if t.dtype in _WIDENED else t.dtype
-    return t.detach().to("cpu", dtype, copy=True).numpy()
-
-
-def _module_text(m: nn.Module) -> str:
-    if isinstance(m, nn.Linear):
-        return f"Linear({m.in_features}, {m.out_features})"
-    if isinstance(m, Normalizer):
-        return f"Normalizer({m.running_mean.numel()})"
-    return f"{type(m).__name__}()"
 
 
 def _failing_index(a: np.ndarray, r: np.ndarray, tol: Tolerance | None) -> tuple[int, ...]:

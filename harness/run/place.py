@@ -1,7 +1,7 @@
-"""Ray: join or start a cluster, and place one actor per card plus the CPU reference.
+"""Ray: join or start a cluster, and place one actor per card (plus, for a sweep, the CPU reference).
 
 Placement is one placement group: a card bundle per card and one CPU bundle for the reference.
-If the cluster cannot hold it the sweep fails within PLACEMENT_TIMEOUT_S with what the cluster
+If the cluster cannot hold it the run fails within PLACEMENT_TIMEOUT_S with what the cluster
 has, instead of waiting forever for resources that will not come.
 """
 
@@ -17,26 +17,37 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from harness.config import SweepConfig
 from harness.devices import RAY_RESOURCE, Kind
 from harness.errors import UsageError, first_line
-from harness.faults import Fault, env_vars
+from harness.inference.faults import Fault, env_vars
 from harness.policies.base import PolicyNet
 
 PLACEMENT_TIMEOUT_S = 30.0
 DEFAULT_SIMULATED_CARDS = 2
 # Restarted card processes get their unit retried; a card that dies more often is recorded dead.
 CARD_MAX_RESTARTS = 2
-# Every worker must import torch with device autoload off (see harness/devices.py).
+# Every worker must import torch with device autoload off (see harness/__init__.py), even
+# before it has imported the harness package.
 BASE_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
 
 @dataclass
 class Placement:
+    """A sweep's actors: one per card, in card order, and the CPU reference."""
+
     group: PlacementGroup
     cards: list[ray.actor.ActorHandle]
     reference: ray.actor.ActorHandle
     resource: str
+
+
+@dataclass(frozen=True)
+class BenchCard:
+    """A bench's card: its label in result rows, its actor, and what the actor said of its card."""
+
+    label: str
+    actor: ray.actor.ActorHandle
+    description: dict[str, object]
 
 
 def connect(address: str | None, kind: Kind, cards: int | None) -> str:
@@ -121,30 +132,46 @@ def card_options(kind: Kind, group: PlacementGroup, position: int, env: dict[str
     }
 
 
-def place(
-    config: SweepConfig,
+def place_sweep(
     kind: Kind,
     n_cards: int,
-    policies: dict[str, PolicyNet],
+    strategy: str,
+    policies: list[str],
+    threads: int,
     faults: list[Fault],
     crash_dir: Path,
 ) -> Placement:
+    """A PolicyActor per card, each with its own faults, and the CPU ReferenceActor."""
     from actors.policy_actor import PolicyActor
     from actors.reference_actor import ReferenceActor
 
-    group = reserve(kind, n_cards, config.placement, cpu_bundle=True)
-    names = list(policies)
+    group = reserve(kind, n_cards, strategy, cpu_bundle=True)
     cards = []
     for position in range(n_cards):
         mine = [f for f in faults if f.card == position]
         actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), CARD_MAX_RESTARTS))
-        cards.append(actor.remote(kind, position, names, config.threads, mine, str(crash_dir / f"card{position}.crashed")))
+        cards.append(actor.remote(kind, position, policies, threads, mine, str(crash_dir / f"card{position}.crashed")))
     reference = ray.remote(ReferenceActor).options(
         num_cpus=1,
         scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
         runtime_env={"env_vars": dict(BASE_ENV)},
-    ).remote(names, config.threads)
+    ).remote(policies, threads)
     return Placement(group, cards, reference, RAY_RESOURCE[kind])
+
+
+def place_bench(kind: Kind, n_cards: int, policies: dict[str, PolicyNet], threads: int) -> list[BenchCard]:
+    """A BenchActor per card, one bundle each (a bench judges nothing: no CPU reference). The
+    placement group lives until Ray shuts down."""
+    from actors.bench_actor import BenchActor
+
+    group = reserve(kind, n_cards, "PACK", cpu_bundle=False)
+    actors = [
+        ray.remote(BenchActor).options(**card_options(kind, group, position, {})).remote(kind, position, list(policies), threads)
+        for position in range(n_cards)
+    ]
+    descriptions = wait_described(actors)
+    refuse_other_bytes(descriptions, policies)
+    return [BenchCard(str(d["label"]), a, d) for d, a in zip(descriptions, actors)]
 
 
 def wait_described(actors: list[ray.actor.ActorHandle]) -> list[dict[str, object]]:

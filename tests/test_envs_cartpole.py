@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.vec_cartpole import HORIZON, SealsCartPoles, VecCartPole, make_cartpoles
+from harness.envs.cartpole import HORIZON, SealsCartPoles, VecCartPole, make_cartpoles
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -70,7 +70,7 @@ def test_any_seed_and_action_sequence(seed: int, actions: list[int]) -> None:
 
 
 def test_stepping_past_the_horizon_needs_a_reset() -> None:
-    env = make_cartpoles("vector", 2)
+    env = make_cartpoles("numpy", 2)
     with pytest.raises(RuntimeError, match="reset"):
         env.step(np.zeros(2, dtype=np.int64))
     env.reset([0, 1])
@@ -81,5 +81,5 @@ def test_stepping_past_the_horizon_needs_a_reset() -> None:
 
 
 def test_unknown_kind_is_refused() -> None:
-    with pytest.raises(ValueError, match="vector, seals"):
+    with pytest.raises(ValueError, match="numpy, gymnasium"):
         make_cartpoles("mujoco", 1)

@@ -2,19 +2,31 @@
 
 from __future__ import annotations
 
-import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
-
+import argparse
 import json
 import platform
 from importlib import metadata
 
 from harness import __version__
-from harness.devices import describe_local
 
 PACKAGES = ("torch", "torch-npu", "ray", "numpy", "gymnasium", "seals", "onnx", "onnxruntime", "pyarrow", "duckdb", "stable-baselines3")
 
 
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("info", help="versions, accelerators found, Ray resources")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--address", help="also list the resources of this Ray cluster")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    print_info(args.json, args.address)
+    return 0
+
+
 def collect(address: str | None) -> dict[str, object]:
+    from harness.devices import describe_local
+
     versions = {"harness": __version__, "python": platform.python_version()}
     for name in PACKAGES:
         try:
@@ -30,7 +42,7 @@ def collect(address: str | None) -> dict[str, object]:
 def _ray_resources(address: str) -> dict[str, object]:
     import ray
 
-    from harness.cluster import connect
+    from harness.run.place import connect
 
     connect(address, "cpu", None)
     try:

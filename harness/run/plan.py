@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.config import SweepConfig
+from harness.run.options import SweepConfig
 from harness.policies.base import PolicyNet
 from harness.workloads import ObsBatch, clamp_bounds_of, make_batch
 

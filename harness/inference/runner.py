@@ -1,16 +1,17 @@
-"""What both actors share: the policies they were given, one cast copy per dtype, thread count."""
+"""The runner every actor holds: the policies it was given, one cast copy per dtype, on its device."""
 
 from __future__ import annotations
 
-import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
+from collections.abc import Callable
 
 import numpy as np
-import ray
 import torch
 
 from harness.devices import Device
-from harness.inference import EpisodeOutput, run_batch, run_episode, to_device
-from harness.localize import capture_activations
+from harness.inference.capture import capture_activations
+from harness.inference.episodes import run_episode
+from harness.inference.forward import run_batch, to_device
+from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import load_policy
 from harness.policies.base import PolicyNet, cast_policy
 
@@ -19,32 +20,35 @@ class Runner:
     """Loads float32 policies by name; casts and moves each (policy, dtype) to the device once.
 
     Policies are loaded here from their names, not shipped from the driver, so a restarted
-    actor rebuilds itself from its constructor arguments alone. `describe` reports the sha256
-    of what was loaded: the driver refuses a node whose file differs from its own.
+    actor rebuilds itself from its constructor arguments alone. `loaded` reports the sha256 of
+    what was loaded: the driver refuses a node whose file differs from its own. `prepare` is
+    applied to every cast copy before it moves to the device (a card's injected faults).
     """
 
-    def __init__(self, device: Device, policies: list[str], threads: int) -> None:
+    def __init__(
+        self,
+        device: Device,
+        policies: list[str],
+        threads: int,
+        prepare: Callable[[PolicyNet], PolicyNet] | None = None,
+    ) -> None:
         # Bitwise results depend on the thread count, so it is set, never inherited.
         torch.set_num_threads(threads)
         self.device = device
         self.threads = threads
-        self._float32: dict[str, PolicyNet] = {name: load_policy(name) for name in policies}
+        self.float32: dict[str, PolicyNet] = {name: load_policy(name) for name in policies}
+        self._prepare = prepare or (lambda policy: policy)
         self._ready: dict[tuple[str, str], PolicyNet] = {}
 
-    def describe(self) -> dict[str, object]:
-        loaded = {name: p.info.sha256 for name, p in self._float32.items()}
-        node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-        return self.device.as_dict() | {"threads": self.threads, "policies": loaded, "node_id": node_id}
+    def loaded(self) -> dict[str, str]:
+        return {name: p.info.sha256 for name, p in self.float32.items()}
 
     def policy(self, key: str, dtype: str) -> PolicyNet:
         if (key, dtype) not in self._ready:
-            self._ready[key, dtype] = self._prepare(cast_policy(self._float32[key], dtype)).to(self.device.torch_device)
+            self._ready[key, dtype] = self._prepare(cast_policy(self.float32[key], dtype)).to(self.device.torch_device)
         return self._ready[key, dtype]
 
-    def _prepare(self, policy: PolicyNet) -> PolicyNet:
-        return policy
-
-    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> dict[str, np.ndarray]:
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
         return run_batch(self.policy(key, dtype), self.device, obs, noise)
 
     def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool) -> list[EpisodeOutput]:

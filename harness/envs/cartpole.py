@@ -2,7 +2,7 @@
 
 The reference is the real environment (`gymnasium.make("seals/CartPole-v0")`: gymnasium's
 `CartPoleEnv.step`, then seals' angle wrap and reward, under a 500-step `TimeLimit`). This
-copy must stay step-for-step bit-identical to it, which tests/test_vec_cartpole.py checks, so
+copy must stay step-for-step bit-identical to it, which tests/test_envs_cartpole.py checks, so
 the arithmetic below is written in exactly the reference's order of operations: float64 state,
 the same constants computed the same way, the same expression trees. Reordering a sum or
 folding constants changes the last bit and, over 500 steps, the trajectory.
@@ -21,7 +21,7 @@ import numpy as np
 
 ENV_ID = "seals/CartPole-v0"
 HORIZON = 500  # seals registers the environment with max_episode_steps=500
-ENV_KINDS = ("vector", "seals")
+IMPLS = ("numpy", "gymnasium")  # this file's numpy copy, or the real environments
 
 # gymnasium CartPoleEnv.__init__, computed as it computes them.
 GRAVITY = 9.8
@@ -121,9 +121,9 @@ class SealsCartPoles:
         return np.stack(obs), np.asarray(rewards, dtype=np.float64), np.asarray(terminated), np.asarray(truncated)
 
 
-def make_cartpoles(kind: str, n_envs: int) -> LockstepEnv:
-    if kind == "vector":
+def make_cartpoles(impl: str, n_envs: int) -> LockstepEnv:
+    if impl == "numpy":
         return VecCartPole(n_envs)
-    if kind == "seals":
+    if impl == "gymnasium":
         return SealsCartPoles(n_envs)
-    raise ValueError(f"unknown environment kind {kind!r}; known: {', '.join(ENV_KINDS)}")
+    raise ValueError(f"unknown environment implementation {impl!r}; known: {', '.join(IMPLS)}")

@@ -28,11 +28,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("sql", help="the SQL statement")
     parser.add_argument("--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)")
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
-    parser.set_defaults(func=cmd_query)
+    parser.set_defaults(func=run)
 
 
-def cmd_query(args: argparse.Namespace) -> int:
-    from harness.tables import connect, require_results, run_sql
+def run(args: argparse.Namespace) -> int:
+    from harness.store.views import connect, require_results, run_sql
 
     results = Path(args.results)
     require_results(results)

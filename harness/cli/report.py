@@ -25,12 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="show what got worse from RUN_A to RUN_B")
     parser.add_argument("--error-factor", type=float, default=2.0, help="with --compare: flag max_abs that grew more than this factor (default: 2)")
     parser.add_argument("--drop-percent", type=float, default=10.0, help="with --compare: flag decisions/s that dropped more than this (default: 10)")
-    parser.set_defaults(func=cmd_report)
+    parser.set_defaults(func=run)
 
 
-def cmd_report(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace) -> int:
     from harness.errors import UsageError
-    from harness.tables import connect, require_results, resolve_run
+    from harness.store.views import connect, require_results, resolve_run
 
     results = Path(args.results)
     require_results(results)
@@ -38,14 +38,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError("--compare RUN_A RUN_B takes no RUN_ID and no --out")
     with connect(results) as con:
         if args.compare:
-            from harness.compare_runs import Thresholds, compare_runs, print_diff
+            from harness.report.run_diff import Thresholds, compare_runs, print_diff
 
             thresholds = Thresholds(args.error_factor, args.drop_percent)
             diff = compare_runs(con, resolve_run(con, args.compare[0]), resolve_run(con, args.compare[1]), thresholds)
             print_diff(diff, sys.stdout)
             return 1 if diff.regressed else 0
 
-        from harness.report import build_report, draw_plots, print_report, write_html
+        from harness.report.run_report import build_report, draw_plots, print_report, write_html
 
         report = build_report(con, resolve_run(con, args.run_id))
         print_report(report, sys.stdout)

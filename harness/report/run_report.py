@@ -1,6 +1,6 @@
 """`harness report`: what one run found, in the terminal, and as PNG plots and one static HTML page.
 
-Everything is read through the DuckDB views of `harness.tables`; numbers are formatted in SQL so
+Everything is read through the DuckDB views of `harness.store.views`; numbers are formatted in SQL so
 the terminal and the HTML page show the same text. A plot without data is skipped with a note.
 """
 
@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from harness.summary import summarize
+from harness.report.summary import summarize
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

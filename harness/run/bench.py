@@ -11,8 +11,6 @@ only times what it alone can see, the end-to-end round trip.
 
 from __future__ import annotations
 
-import harness.devices  # noqa: F401  (sets TORCH_DEVICE_BACKEND_AUTOLOAD before torch loads)
-
 import json
 import sys
 import time
@@ -21,33 +19,25 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TextIO
 
 import ray
-from ray.util.placement_group import PlacementGroup, remove_placement_group
 from tqdm import tqdm
 
-from actors.bench_actor import BenchActor, LatencyStats, Throughput, measure_latency
-from harness.bench_cli import BenchConfig
-from harness.cluster import card_count, card_options, connect, reserve, wait_described
 from harness.devices import Kind, resolve_accelerator
-from harness.errors import UsageError
-from harness.policies import load_policy
-from harness.provenance import new_run_row, now
-from harness.results import BenchRow, new_run_id, table_dir, write_rows
-from harness.summary import short_name
-from harness.vec_cartpole import ENV_ID
+from harness.envs.cartpole import ENV_ID
+from harness.inference.timing import LatencyStats, Throughput, measure_latency
+from harness.policies import PolicyNet, load_policy
+from harness.report.summary import print_bench_summary
+from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
+from harness.run.options import BenchConfig
+from harness.run.place import BenchCard, place_bench
+from harness.run.provenance import new_run_row, now
+from harness.store.schema import BenchRow
+from harness.store.writer import write_rows
 from harness.workloads import ObsBatch, make_batch
 
 # Throughput windows open this long after they are sent, so every card starts at the same time.
 START_DELAY_S = 0.1
-
-
-@dataclass(frozen=True)
-class Card:
-    label: str
-    actor: ray.actor.ActorHandle
-    description: dict[str, object]  # what the actor reported about its card
 
 
 @dataclass(frozen=True)
@@ -67,66 +57,51 @@ class BenchOutcome:
 
 
 def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
+    phases = Phases()
     started = now()
     results = Path(config.results)
-    kind = resolve_accelerator(config.accelerator)
-    policies = {name: load_policy(name) for name in config.policies}
-    run_id = _new_run(results, config.run_id)
-    work = [Work(name, dtype, make_batch(p.info, "normal", size, config.seed)) for name, p in policies.items() for dtype in config.dtypes for size in config.batch_sizes]
-    loops = [(name, dtype, size) for name, p in policies.items() if p.info.env_id == ENV_ID for dtype in config.dtypes for size in config.batch_sizes]
+    with phases("plan"):
+        kind = resolve_accelerator(config.accelerator)
+        policies = {name: load_policy(name) for name in config.policies}
+        run_id = claim_run_id(results, config.run_id)
+        work = [Work(name, dtype, make_batch(p.info, "normal", size, config.seed)) for name, p in policies.items() for dtype in config.dtypes for size in config.batch_sizes]
+        loops = [(name, dtype, size) for name, p in policies.items() if p.info.env_id == ENV_ID for dtype in config.dtypes for size in config.batch_sizes]
+    n_placed = config.cards or (max(config.card_counts) if config.card_counts else None)
 
-    with bench_cards(config.address, kind, max(config.cards) if config.cards else None, list(policies), config.threads) as cards:
-        steps = sorted(set(config.cards or [1, len(cards)]))
+    with bench_cards(config.address, kind, n_placed, policies, config.threads, phases) as cards:
+        steps = sorted(set(config.card_counts or [1, len(cards)]))
         bar = tqdm(total=len(work) * (len(cards) + len(steps)) + len(loops), desc="bench", unit="step", disable=not config.progress, file=sys.stderr)
-        rows = _latency(cards, work, config.duration, bar)
-        rows += measure_scaling(cards, steps, work, config.duration, bar)
-        rows += _closed_loop(cards[0], loops, config, bar)
+        with phases("compute"):
+            rows = _latency(cards, work, config.duration, bar)
+            rows += measure_scaling(cards, steps, work, config.duration, bar)
+            rows += _closed_loop(cards[0], loops, config, bar)
         bar.close()
 
-    bench_path = write_rows(results, "bench", run_id, rows)
-    run_row = new_run_row(
-        started_at=started, status="bench", accelerator=kind, n_cards=len(cards), devices=[c.description for c in cards],
-        config_json=config.to_json(), policies=policies, command=command,
-        summary=json.dumps({"bench_rows": len(rows), "card_steps": steps}),
-    )
-    run_row.finished_at = now()
-    write_rows(results, "runs", run_id, [run_row])
+    with phases("write"):
+        bench_path = write_rows(results, "bench", run_id, rows)
+        run_row = new_run_row(
+            started_at=started, status="bench", accelerator=kind, n_cards=len(cards), devices=[c.description for c in cards],
+            config_json=config.to_json(), policies=policies, command=command,
+        )
+        write_rows(results, "runs", run_id, [finish_run_row(run_row, "bench", {"bench_rows": len(rows), "card_steps": steps}, phases)])
     print_bench_summary(rows, run_id, sys.stdout)
     return BenchOutcome(run_id, rows, bench_path)
 
 
-def _new_run(results: Path, run_id: str | None) -> str:
-    run_id = run_id or new_run_id()
-    if table_dir(results, "runs", run_id).exists() or table_dir(results, "bench", run_id).exists():
-        raise UsageError(f"--run-id {run_id}: a run of that name exists in {results}; pick another")
-    return run_id
-
-
 @contextmanager
-def bench_cards(address: str | None, kind: Kind, cards: int | None, policies: list[str], threads: int) -> Iterator[list[Card]]:
+def bench_cards(
+    address: str | None, kind: Kind, cards: int | None, policies: dict[str, PolicyNet], threads: int, phases: Phases | None = None
+) -> Iterator[list[BenchCard]]:
     """Join or start Ray, place `cards` BenchActors (default: all the cluster has), and shut
     Ray down afterwards. The benchmarks use this too."""
-    connect(address, kind, cards)
-    try:
-        group, placed = place_cards(kind, card_count(kind, cards), policies, threads)
+    phases = phases or Phases()
+    with ray_cluster(address, kind, cards, phases) as n_cards:
+        with phases("startup"):
+            placed = place_bench(kind, n_cards, policies, threads)
         yield placed
-        remove_placement_group(group)
-    finally:
-        ray.shutdown()
 
 
-def place_cards(kind: Kind, n_cards: int, policies: list[str], threads: int) -> tuple[PlacementGroup, list[Card]]:
-    """One bundle per card, one BenchActor in each, as harness.cluster.place does for sweeps
-    (minus the CPU reference: a bench judges nothing)."""
-    group = reserve(kind, n_cards, "PACK", cpu_bundle=False)
-    actors = [
-        ray.remote(BenchActor).options(**card_options(kind, group, position, {})).remote(kind, position, policies, threads)
-        for position in range(n_cards)
-    ]
-    return group, [Card(str(d["label"]), a, d) for d, a in zip(wait_described(actors), actors)]
-
-
-def _latency(cards: list[Card], work: list[Work], budget_s: float, bar: tqdm) -> list[BenchRow]:
+def _latency(cards: list[BenchCard], work: list[Work], budget_s: float, bar: tqdm) -> list[BenchRow]:
     """Each card alone, one after another: device time, then end to end through Ray."""
     rows = []
     for w in work:
@@ -138,7 +113,7 @@ def _latency(cards: list[Card], work: list[Work], budget_s: float, bar: tqdm) ->
     return rows
 
 
-def _round_trip(card: Card, w: Work) -> object:
+def _round_trip(card: BenchCard, w: Work) -> object:
     # The batch goes through Ray on every call: shipping it is part of the end-to-end time.
     return ray.get(card.actor.run_batch.remote(w.policy, w.dtype, w.batch.obs, w.batch.noise))
 
@@ -147,7 +122,7 @@ def _no_sync() -> None:
     """ray.get returns numpy already copied off the card: nothing is left queued to wait for."""
 
 
-def _latency_row(w: Work, card: Card, stats: LatencyStats, timing: str) -> BenchRow:
+def _latency_row(w: Work, card: BenchCard, stats: LatencyStats, timing: str) -> BenchRow:
     detail = {"iterations": stats.iterations, "input_sha256": w.batch.sha256}
     if timing == "end_to_end":
         detail["first_call"] = "after the device row's warm-up: first round trip of this batch"
@@ -159,7 +134,7 @@ def _latency_row(w: Work, card: Card, stats: LatencyStats, timing: str) -> Bench
     )
 
 
-def measure_scaling(cards: list[Card], steps: list[int], work: list[Work], duration_s: float, bar: tqdm) -> list[BenchRow]:
+def measure_scaling(cards: list[BenchCard], steps: list[int], work: list[Work], duration_s: float, bar: tqdm) -> list[BenchRow]:
     """For each k, the first k cards run the same batch at once for one window."""
     rows = []
     for w in work:
@@ -179,7 +154,7 @@ def measure_scaling(cards: list[Card], steps: list[int], work: list[Work], durat
     return rows
 
 
-def _throughput_row(w: Work, group: list[Card], runs: list[Throughput], total: float, efficiency: float | None, duration_s: float) -> BenchRow:
+def _throughput_row(w: Work, group: list[BenchCard], runs: list[Throughput], total: float, efficiency: float | None, duration_s: float) -> BenchRow:
     detail = {
         "window_s": duration_s, "input_sha256": w.batch.sha256,
         "per_card_decisions_per_s": [round(r.decisions_per_s, 1) for r in runs],
@@ -193,13 +168,13 @@ def _throughput_row(w: Work, group: list[Card], runs: list[Throughput], total: f
     )
 
 
-def _closed_loop(card: Card, loops: list[tuple[str, str, int]], config: BenchConfig, bar: tqdm) -> list[BenchRow]:
+def _closed_loop(card: BenchCard, loops: list[tuple[str, str, int]], config: BenchConfig, bar: tqdm) -> list[BenchRow]:
     rows = []
     for policy, dtype, n_envs in loops:
-        result = ray.get(card.actor.closed_loop.remote(policy, dtype, config.env, n_envs, config.seed, config.duration))
+        result = ray.get(card.actor.closed_loop.remote(policy, dtype, config.env_impl, n_envs, config.seed, config.duration))
         step_ms = result.elapsed_s / (result.decisions / n_envs) * 1e3  # one lockstep step: a forward and an env step
         detail = {
-            "env": config.env, "env_id": ENV_ID, "episodes": len(result.returns), "first_seed": config.seed,
+            "env_impl": config.env_impl, "env_id": ENV_ID, "episodes": len(result.returns), "first_seed": config.seed,
             "mean_return": float(result.returns.mean()), "min_return": float(result.returns.min()),
         }
         rows.append(BenchRow(
@@ -209,20 +184,3 @@ def _closed_loop(card: Card, loops: list[tuple[str, str, int]], config: BenchCon
         ))
         bar.update(1)
     return rows
-
-
-def print_bench_summary(rows: list[BenchRow], run_id: str, out: TextIO) -> None:
-    header = f"{'mode':<11} {'timing':<10} {'policy':<24} {'dtype':<8} {'device':<17} {'batch':>6} {'first ms':>9} {'p50 ms':>9} {'p99 ms':>9} {'decisions/s':>13} {'scaling':>7}"
-    print(header, file=out)
-    print("-" * len(header), file=out)
-    for r in rows:
-        print(
-            f"{r.mode:<11} {r.timing:<10} {short_name(r.policy):<24} {r.dtype:<8} {r.device[:17]:<17} {r.batch_size:>6} {_num(r.first_call_ms, 9, '.3f')} "
-            f"{_num(r.p50_ms, 9, '.3f')} {_num(r.p99_ms, 9, '.3f')} {_num(r.decisions_per_s, 13, ',.0f')} {_num(r.scaling_efficiency, 7, '.2f')}",
-            file=out,
-        )
-    print(f"run {run_id}: {len(rows)} bench rows", file=out)
-
-
-def _num(value: float | None, width: int, spec: str) -> str:
-    return f"{'-':>{width}}" if value is None else f"{value:>{width}{spec}}"

@@ -1,4 +1,5 @@
-"""The table printed at the end of a sweep: policy x dtype x check kind, pass or fail, worst error."""
+"""The tables printed at the end of a run: for a sweep, policy x dtype x check kind, pass or fail,
+worst error; for a bench, one line per measurement."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import TextIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from harness.store.schema import BenchRow
 
 
 def summarize(checks: pa.Table) -> list[dict[str, object]]:
@@ -47,3 +50,20 @@ def print_summary(checks: pa.Table, run_id: str, status: str, out: TextIO) -> No
         print(f"  FAIL {r['policy']} {r['dtype']} {r['kind']}: {r['first_failure']}", file=out)
     n_failed = int(pc.sum(pc.invert(checks.column("passed"))).as_py() or 0) if checks.num_rows else 0
     print(f"run {run_id}: {status.upper()} ({checks.num_rows} checks, {n_failed} failed)", file=out)
+
+
+def print_bench_summary(rows: list[BenchRow], run_id: str, out: TextIO) -> None:
+    header = f"{'mode':<11} {'timing':<10} {'policy':<24} {'dtype':<8} {'device':<17} {'batch':>6} {'first ms':>9} {'p50 ms':>9} {'p99 ms':>9} {'decisions/s':>13} {'scaling':>7}"
+    print(header, file=out)
+    print("-" * len(header), file=out)
+    for r in rows:
+        print(
+            f"{r.mode:<11} {r.timing:<10} {short_name(r.policy):<24} {r.dtype:<8} {r.device[:17]:<17} {r.batch_size:>6} {_num(r.first_call_ms, 9, '.3f')} "
+            f"{_num(r.p50_ms, 9, '.3f')} {_num(r.p99_ms, 9, '.3f')} {_num(r.decisions_per_s, 13, ',.0f')} {_num(r.scaling_efficiency, 7, '.2f')}",
+            file=out,
+        )
+    print(f"run {run_id}: {len(rows)} bench rows", file=out)
+
+
+def _num(value: float | None, width: int, spec: str) -> str:
+    return f"{'-':>{width}}" if value is None else f"{value:>{width}{spec}}"

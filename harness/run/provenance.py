@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.policies import PolicyNet
-from harness.results import RunRow
+from harness.store.schema import RunRow
 
 
 def now() -> str:

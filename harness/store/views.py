@@ -1,6 +1,6 @@
 """Reading results back: one DuckDB view per table, and pyarrow (or pandas) Tables for Python.
 
-Every view has the full column set of `harness.results.SCHEMAS` plus `run_id` (VARCHAR, taken
+Every view has the full column set of `harness.store.schema.SCHEMAS` plus `run_id` (VARCHAR, taken
 from the hive partition path), even when a table has no files yet: a results folder that holds
 only `bench`, or only a sweep, answers every query that names the other tables with no rows.
 """
@@ -16,14 +16,14 @@ import duckdb
 import pyarrow as pa
 
 from harness.errors import UsageError, first_line
-from harness.results import SCHEMAS, TABLES
+from harness.store.schema import SCHEMAS, TABLES
 
 if TYPE_CHECKING:
     import pandas
 
 
 def table_schema(name: str) -> pa.Schema:
-    """A view's columns: run_id first, as DESIGN.md lists them, then the row dataclass's fields."""
+    """A view's columns: run_id first, as the README's "Results" table lists them, then the row's fields."""
     return pa.schema([pa.field("run_id", pa.string()), *SCHEMAS[name]])
 
 

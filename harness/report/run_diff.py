@@ -15,7 +15,7 @@ import duckdb
 import pyarrow as pa
 
 from harness.errors import UsageError
-from harness.report import Section, dtype_order, print_sections
+from harness.report.run_report import Section, dtype_order, print_sections
 
 
 @dataclass

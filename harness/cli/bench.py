@@ -1,0 +1,22 @@
+"""`harness bench`: latency, throughput across cards, closed-loop decisions/s."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from harness.run.options import BenchConfig, add_arguments
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("bench", help="latency, throughput across cards, closed-loop CartPole decisions/s")
+    add_arguments(parser, BenchConfig)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from harness.run.bench import run_bench
+    from harness.run.options import config_from_args
+
+    run_bench(config_from_args(args, BenchConfig), command=" ".join(sys.argv))
+    return 0

@@ -1,0 +1,1 @@
+"""Environments for closed-loop episodes, stepped in lockstep."""

@@ -1,0 +1,35 @@
+"""Run a policy on a device: numpy in, numpy out. Used by the card actors, the CPU reference
+and the benchmarks, so every path does the same conversions, eval mode and no-grad once."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from harness.devices import Device
+from harness.outputs import Outputs
+from harness.policies.base import PolicyNet
+
+
+def head_name(policy: PolicyNet) -> str:
+    return "logits" if policy.info.action_kind == "discrete" else "mu"
+
+
+def to_device(arrays: tuple[np.ndarray, ...], device: Device) -> tuple[torch.Tensor, ...]:
+    return tuple(torch.from_numpy(np.ascontiguousarray(a)).to(device.torch_device) for a in arrays)
+
+
+@torch.inference_mode()
+def forward_outputs(policy: PolicyNet, obs: tuple[torch.Tensor, ...], noise: torch.Tensor) -> dict[str, torch.Tensor]:
+    head = policy(*obs)
+    return {
+        head_name(policy): head,
+        "action": policy.deterministic_action(head),
+        "stochastic_action": policy.stochastic_action(head, noise),
+    }
+
+
+def run_batch(policy: PolicyNet, device: Device, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
+    """Outputs of one batch as numpy. Timing is the bench's business (harness/inference/timing.py)."""
+    outputs = forward_outputs(policy, to_device(obs, device), to_device((noise,), device)[0])
+    return {name: t.cpu().numpy() for name, t in outputs.items()}

@@ -1,0 +1,152 @@
+"""Timing loops for `harness bench`, run inside a card's actor so no Ray round trip is inside
+their clocks. The driver times end-to-end calls with the same `measure_latency`, and the
+benchmarks measure the loop's own overhead with an empty body."""
+
+from __future__ import annotations
+
+import ctypes
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from harness.devices import Device
+from harness.envs.cartpole import HORIZON, make_cartpoles
+from harness.policies.base import PolicyNet
+
+WARMUP_ITERATIONS = 5
+# Iterations are sized from the warm-up to fill the time budget, within these bounds: enough
+# samples for a p99 on fast bodies, a bounded wait on slow ones.
+MIN_ITERATIONS = 10
+MAX_ITERATIONS = 20_000
+# glibc mallopt parameters (malloc.h) and the largest mmap threshold it accepts on 64-bit.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class LatencyStats:
+    first_call_ms: float  # the first call alone (operator compile on NPUs): never in the percentiles
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    mean_ms: float
+    iterations: int
+
+
+@dataclass(frozen=True)
+class Throughput:
+    calls: int
+    decisions: int
+    elapsed_s: float
+    cpu_s: float  # CPU time of this card's process in the window
+
+    @property
+    def decisions_per_s(self) -> float:
+        return self.decisions / self.elapsed_s
+
+    @property
+    def cpu_share(self) -> float:
+        """Below 1 on simulated cards with one thread: something else took the core (contention)."""
+        return self.cpu_s / self.elapsed_s
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    decisions: int
+    elapsed_s: float
+    seeds: np.ndarray  # int64 (episodes,): episode i was reset with seeds[i]
+    returns: np.ndarray  # float64 (episodes,)
+    first_actions: np.ndarray  # int8 (n_envs, HORIZON): the first round's, to prove two runs took the same episodes
+
+    @property
+    def decisions_per_s(self) -> float:
+        return self.decisions / self.elapsed_s
+
+
+def keep_freed_host_memory() -> bool:
+    """Make glibc keep freed blocks up to 32 MiB in the heap instead of returning them to the OS.
+
+    By default a forward at batch 65536 frees its 16 MiB activations back to the OS, and the
+    next forward pays page faults to zero them again: the same card runs at about half speed
+    or full speed depending on the process's allocation history, which makes one simulated
+    card's throughput bimodal and scaling ratios noise. Real cards cache device memory in their
+    allocators; this gives the CPU stand-in the same habit. Outputs are unchanged. False where
+    the C library is not glibc.
+    """
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_MAX)) and bool(libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
+
+
+def timed_iterations(body: Callable[[], object], sync: Callable[[], None], iterations: int) -> np.ndarray:
+    """Milliseconds of each call of `body`, synchronized before and after so that the timer
+    sees the work itself and not its launch or a previous call's tail."""
+    elapsed_ns: list[int] = []
+    record, clock = elapsed_ns.append, time.perf_counter_ns  # bound once: the loop is the overhead
+    for _ in range(iterations):
+        sync()
+        start = clock()
+        body()
+        sync()
+        record(clock() - start)
+    return np.asarray(elapsed_ns, dtype=np.int64) / 1e6
+
+
+def measure_latency(body: Callable[[], object], sync: Callable[[], None], budget_s: float) -> LatencyStats:
+    """First call alone, warm-up, then as many timed iterations as fit `budget_s`."""
+    first = timed_iterations(body, sync, 1)[0]
+    warm = timed_iterations(body, sync, WARMUP_ITERATIONS)
+    iterations = int(np.clip(budget_s * 1e3 / max(float(warm.mean()), 1e-6), MIN_ITERATIONS, MAX_ITERATIONS))
+    times = timed_iterations(body, sync, iterations)
+    p50, p95, p99 = np.percentile(times, [50, 95, 99])
+    return LatencyStats(float(first), float(p50), float(p95), float(p99), float(times.mean()), iterations)
+
+
+def run_for(body: Callable[[], object], sync: Callable[[], None], start_at: float, duration_s: float) -> tuple[int, float, float]:
+    """Call `body` back to back for `duration_s` from wall-clock `start_at`: (calls, seconds,
+    CPU seconds of this process).
+
+    Actors that share `start_at` run their windows at the same time, so their sum is a rate
+    the cards reach together, not one after another."""
+    time.sleep(max(0.0, start_at - time.time()))
+    sync()
+    start, cpu_start = time.perf_counter(), time.process_time()
+    deadline = start + duration_s
+    calls = 0
+    while time.perf_counter() < deadline:
+        body()
+        calls += 1
+    sync()  # queued work belongs to the window
+    return calls, time.perf_counter() - start, time.process_time() - cpu_start
+
+
+@torch.inference_mode()
+def closed_loop(policy: PolicyNet, device: Device, env_impl: str, n_envs: int, seed: int, duration_s: float) -> ClosedLoop:
+    """Rounds of `n_envs` seeded CartPole episodes in lockstep, one batched forward per step,
+    until `duration_s` has passed (at least one round). Round r, env i is reset with seed
+    `seed + r * n_envs + i`, so the episodes are the same whatever the batch size."""
+    envs = make_cartpoles(env_impl, n_envs)
+    warm = torch.zeros((n_envs, policy.info.obs_size), dtype=torch.float32, device=device.torch_device)
+    policy.deterministic_action(policy(warm)).cpu()  # the first call is not what this measures
+    first_actions = np.empty((n_envs, HORIZON), dtype=np.int8)
+    returns, rounds = [], 0
+    start = time.perf_counter()
+    while rounds == 0 or time.perf_counter() - start < duration_s:
+        obs, total = envs.reset(range(seed + rounds * n_envs, seed + (rounds + 1) * n_envs)), np.zeros(n_envs)
+        for t in range(HORIZON):
+            head = policy(torch.from_numpy(obs).to(device.torch_device))
+            actions = policy.deterministic_action(head).cpu().numpy()
+            obs, rewards, _, _ = envs.step(actions)
+            total += rewards
+            if rounds == 0:
+                first_actions[:, t] = actions
+        returns.append(total)
+        rounds += 1
+    elapsed = time.perf_counter() - start
+    seeds = np.arange(seed, seed + rounds * n_envs, dtype=np.int64)
+    return ClosedLoop(rounds * n_envs * HORIZON, elapsed, seeds, np.concatenate(returns), first_actions)
