@@ -114,8 +114,3 @@ def _edge_rows(
     rows = np.stack([np.zeros_like(low), low, high, centre - far, centre + far])
     mixed = rows[rng.integers(0, len(rows), (max(size - len(rows), 0), low.size)), np.arange(low.size)]
     return np.concatenate([rows, mixed])[:size].astype(np.float32)
-
-
-def clamp_bounds_of(mean: np.ndarray, std: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The observations that normalize to exactly -5 and +5."""
-    return mean - NORMALIZER_CLAMP * std, mean + NORMALIZER_CLAMP * std

@@ -1,4 +1,4 @@
-"""huggy-arch and the dtype rule: only Linear weights and biases take the target dtype."""
+"""huggy-arch and the dtype rule: the body and head take the target dtype, the normalizer stays float32."""
 
 from __future__ import annotations
 
@@ -53,6 +53,7 @@ def test_huggy_arch_normalizer_is_huggy_sized(huggy: nn.Module) -> None:
 
 def test_naive_float16_cast_breaks_huggy(huggy: nn.Module, obs: torch.Tensor) -> None:
     naive = copy.deepcopy(huggy).to(torch.float16)
+    naive.compute_dtype = naive.io_dtype = torch.float16  # the whole model in float16, its normalizer too
     with torch.no_grad():
         out = naive(obs)
     assert not torch.isfinite(out).all()

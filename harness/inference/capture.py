@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.policies.base import Normalizer, PolicyNet
+from harness.policies.base import ObservationNormalizer, PolicyNet
 
 # numpy has no bfloat16 of its own; float16 is widened with it so every layer of every card
 # arrives as float32, the dtype the reference and the output checks use. Widening is exact.
@@ -59,6 +59,6 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 def _module_text(m: nn.Module) -> str:
     if isinstance(m, nn.Linear):
         return f"Linear({m.in_features}, {m.out_features})"
-    if isinstance(m, Normalizer):
-        return f"Normalizer({m.running_mean.numel()})"
+    if isinstance(m, ObservationNormalizer):
+        return f"{type(m).__name__}({m.mean().numel()})"
     return f"{type(m).__name__}()"

@@ -2,31 +2,62 @@
 
 Built-in names: `cartpole` (the project's own SB3 PPO for seals/CartPole-v0, shipped in the
 package) and `huggy-arch` (the Huggy architecture with seeded synthetic weights). Paths:
-`*.zip` (Stable-Baselines3), `*.onnx` (ML-Agents export), `*.pt` (ML-Agents checkpoint), and
-`hf://owner/name[/file]` from the local Hugging Face cache.
+`*.zip` (Stable-Baselines3), `*.onnx` (an ML-Agents export, or any graph with a float input
+and a logits or action output), `*.pt` (ML-Agents checkpoint), and `hf://owner/name[/file]`
+from the local Hugging Face cache.
 """
 
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.errors import PolicyLoadError, UsageError
-from harness.policies.base import DTYPES, PolicyInfo, PolicyNet, cast_policy
+from harness.policies.base import DTYPES, GOLDEN, ActionKind, PolicyInfo, PolicyNet, cast_policy
 
 BUILTIN = ("cartpole", "huggy-arch")
 SUFFIXES = (".zip", ".onnx", ".pt")
 CARTPOLE_ZIP = Path(__file__).parent / "data" / "cartpole.zip"
 
-__all__ = ["BUILTIN", "DTYPES", "PolicyInfo", "PolicyNet", "cast_policy", "load_policy"]
+__all__ = ["BUILTIN", "DTYPES", "GOLDEN", "PolicyInfo", "PolicyNet", "PolicySpec", "cast_policy", "load_policy"]
 
 
-def load_policy(name_or_path: str) -> PolicyNet:
+@dataclass(frozen=True)
+class PolicySpec:
+    """What the user asked for and how to load it; the driver and every actor load from the same spec.
+
+    `source` is a registry name, a path or hf://...: the policy's name in every result row. The
+    rest says what the policy's own files may not: its environment (`env_id`, used where the
+    policy declares none, or always with `env_overrides`), and for an ONNX graph of no known
+    layout the output to read and whether its actions are discrete or continuous.
+    """
+
+    source: str
+    env_id: str | None = None
+    env_source: str = ""  # the option that named env_id, e.g. "--env"
+    env_overrides: bool = False
+    onnx_output: str | None = None
+    action_kind: ActionKind | None = None
+
+
+def load_policy(spec: str | PolicySpec) -> PolicyNet:
     """Load a float32 policy; raise UsageError (exit 2) with one line for anything unusable."""
+    spec = spec if isinstance(spec, PolicySpec) else PolicySpec(spec)
+    policy = _load(spec)
+    if spec.env_id is not None and (policy.info.env_id is None or spec.env_overrides):
+        policy.info = replace(policy.info, env_id=spec.env_id, env_source=spec.env_source)
+    return policy
+
+
+def _load(spec: PolicySpec) -> PolicyNet:
+    name_or_path = spec.source
     if name_or_path == "cartpole":
         from harness.policies.sb3_zip import load_sb3_zip
 
-        return load_sb3_zip(CARTPOLE_ZIP, name="cartpole", env_id="seals/CartPole-v0")
+        policy = load_sb3_zip(CARTPOLE_ZIP, name="cartpole")
+        policy.info = replace(policy.info, env_id="seals/CartPole-v0", env_source="built in")
+        return policy
     if name_or_path == "huggy-arch":
         from harness.policies.huggy import huggy_arch
 
@@ -34,7 +65,7 @@ def load_policy(name_or_path: str) -> PolicyNet:
     if name_or_path.startswith("hf://"):
         from harness.policies.hub import resolve_hf
 
-        return load_policy(str(resolve_hf(name_or_path)))
+        return _load(replace(spec, source=str(resolve_hf(name_or_path))))
     path = Path(name_or_path)
     if path.suffix not in SUFFIXES:
         close = difflib.get_close_matches(name_or_path, BUILTIN, n=1)
@@ -50,9 +81,9 @@ def load_policy(name_or_path: str) -> PolicyNet:
 
         return load_sb3_zip(path)
     if path.suffix == ".onnx":
-        from harness.policies.mlagents_onnx import load_mlagents_onnx
+        from harness.policies.onnx_any import load_onnx
 
-        return load_mlagents_onnx(path)
+        return load_onnx(path, spec.onnx_output, spec.action_kind)
     from harness.policies.mlagents_pt import load_mlagents_pt
 
     return load_mlagents_pt(path)

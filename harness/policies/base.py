@@ -1,8 +1,8 @@
 """The one torch module every loader produces, and the dtype rule applied to it.
 
-A policy is: optional ML-Agents normalizer (float32) -> MLP body -> linear head. The head output
-is `logits` for discrete actions and `mu` for continuous ones. Loaders only fill in weights;
-how a forward runs in float16 or bfloat16 is decided here, once, for every format.
+A policy is: an optional observation normalizer -> a body -> a head. The head output is `logits`
+for discrete actions and `mu` for continuous ones. Loaders only fill in weights; how a forward
+runs in float16, bfloat16 or the float64 golden is decided here, once, for every format.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import copy
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -21,6 +22,10 @@ DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "bfloat16": torch.bfloat16,
 }
+"""The dtypes a card computes in."""
+
+GOLDEN = "float64"
+"""The CPU reference's golden: the whole policy, normalizer and head included, in float64."""
 
 # ML-Agents clamps normalized observations to this range (ml-agents/trainers/torch/networks.py).
 NORMALIZER_CLAMP = 5.0
@@ -42,13 +47,36 @@ class PolicyInfo:
     obs_high: tuple[float, ...] | None = None
     onnx_path: str | None = None  # onnxruntime reference, when the policy came as ONNX
     detail: str = ""  # e.g. "SB3 1.0rc0, Tanh, pi [64, 64]"
+    env_source: str = ""  # where env_id came from: "built in", "RL Zoo args.yml", "model card", "--env", ...
+    obs_normalization: str = ""  # what normalizes observations inside the policy, e.g. "VecNormalize (vecnormalize.pkl)"
 
     @property
     def obs_size(self) -> int:
         return sum(self.obs_sizes)
 
 
-class Normalizer(nn.Module):
+class ObservationNormalizer(nn.Module):
+    """clamp((x - mean) / std, -clip, clip), with statistics kept as buffers. It stays float32
+    whatever the card's dtype (float64 in the golden): its sums and counts are what overflow."""
+
+    clip: float
+
+    def std(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def mean(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp((x - self.mean()) / self.std(), -self.clip, self.clip)
+
+    def clamp_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The observations that normalize to exactly -clip and +clip, in float64."""
+        mean, std = (t.detach().cpu().double().numpy() for t in (self.mean(), self.std()))
+        return mean - self.clip * std, mean + self.clip * std
+
+
+class Normalizer(ObservationNormalizer):
     """ML-Agents running normalizer: clamp((x - mean) / sqrt(variance_sum / steps), -5, 5).
 
     `running_variance` is an accumulated sum, not a variance; guessing sqrt(var + eps) gives
@@ -56,32 +84,36 @@ class Normalizer(nn.Module):
     sums (about 1e5) and the step count (about 2e6) overflow to inf and inf / inf is NaN.
     """
 
+    clip = NORMALIZER_CLAMP
+
     def __init__(self, mean: torch.Tensor, variance_sum: torch.Tensor, steps: torch.Tensor) -> None:
         super().__init__()
         self.register_buffer("running_mean", mean.detach().clone().float())
         self.register_buffer("running_variance", variance_sum.detach().clone().float())
         self.register_buffer("normalization_steps", steps.detach().clone().float().reshape(()))
 
+    def mean(self) -> torch.Tensor:
+        return self.running_mean
+
     def std(self) -> torch.Tensor:
         return torch.sqrt(self.running_variance / self.normalization_steps)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.clamp((x - self.running_mean) / self.std(), -NORMALIZER_CLAMP, NORMALIZER_CLAMP)
-
 
 class PolicyNet(nn.Module):
-    """float32 observations in (one tensor per input), float32 logits or mu out.
+    """float32 observations in (one tensor per input), float32 logits or mu out (float64 in the
+    golden).
 
     Named children (`normalizer`, `body.0`, `body.1`, ..., `head`) are what a layer-by-layer
-    divergence search hooks into, so they are part of the contract.
+    divergence search hooks into, so they are part of the contract. The body is any module: an
+    MLP built by `mlp()`, or a graph rebuilt from ONNX.
     """
 
     def __init__(
         self,
         info: PolicyInfo,
-        body: nn.Sequential,
-        head: nn.Linear,
-        normalizer: Normalizer | None = None,
+        body: nn.Module,
+        head: nn.Module,
+        normalizer: nn.Module | None = None,
         log_sigma: torch.Tensor | None = None,
         action_clip: float | None = None,
     ) -> None:
@@ -96,22 +128,22 @@ class PolicyNet(nn.Module):
             self.log_sigma = None
         # ML-Agents: action = clip(mu, -3, 3) / 3. None: the action is mu itself (SB3 Box).
         self.action_clip = action_clip
+        # What the body and head compute in, and what goes in and comes out: float32, or the
+        # golden's float64 throughout. Set by `cast_policy`, never guessed from a weight.
+        self.compute_dtype = torch.float32
+        self.io_dtype = torch.float32
         # Inference only: no autograd graph behind the outputs, whoever calls forward.
         self.requires_grad_(False)
         self.eval()
 
-    @property
-    def compute_dtype(self) -> torch.dtype:
-        return self.head.weight.dtype
-
     def forward(self, *obs: torch.Tensor) -> torch.Tensor:
         if len(obs) != len(self.info.obs_sizes):
             raise ValueError(f"{self.info.name} takes {len(self.info.obs_sizes)} observation inputs, got {len(obs)}")
-        x = (torch.cat(obs, dim=-1) if len(obs) > 1 else obs[0]).float()
+        x = (torch.cat(obs, dim=-1) if len(obs) > 1 else obs[0]).to(self.io_dtype)
         if self.normalizer is not None:
             x = self.normalizer(x)
         x = self.body(x.to(self.compute_dtype))
-        return self.head(x).float()
+        return self.head(x).to(self.io_dtype)
 
     def deterministic_action(self, head_out: torch.Tensor) -> torch.Tensor:
         if self.info.action_kind == "discrete":
@@ -136,13 +168,23 @@ class PolicyNet(nn.Module):
 
 
 def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
-    """A copy where only Linear weights and biases take `dtype`; everything else stays float32."""
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPES)}")
+    """A copy that computes in `dtype`.
+
+    A card dtype: every parameter and constant of the body and the head takes it; the normalizer
+    and `log_sigma` stay float32, and observations go in and outputs come out as float32 (a
+    naive `.to(float16)` of the whole model overflows ML-Agents' normalizer sums to inf). The
+    golden (`GOLDEN`, float64): everything, normalizer and head included, and the output too.
+    """
     cast = copy.deepcopy(policy)
-    for module in cast.modules():
-        if isinstance(module, nn.Linear):
-            module.to(DTYPES[dtype])
+    if dtype == GOLDEN:
+        cast.double()
+        cast.compute_dtype = cast.io_dtype = torch.float64
+        return cast
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join([*DTYPES, GOLDEN])}")
+    for part in (cast.body, cast.head):
+        part.to(DTYPES[dtype])
+    cast.compute_dtype = DTYPES[dtype]
     return cast
 
 

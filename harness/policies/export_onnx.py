@@ -21,7 +21,7 @@ from torch import nn
 
 import harness
 from harness.errors import UsageError
-from harness.policies.base import NORMALIZER_CLAMP, PolicyNet
+from harness.policies.base import ObservationNormalizer, PolicyNet
 
 OPSET = 9
 MLAGENTS_VERSION = 3.0
@@ -102,16 +102,21 @@ def export_onnx(policy: PolicyNet, out: Path) -> None:
 
 def _body_and_head(b: _Builder, policy: PolicyNet, inputs: list[str], head_name: str) -> str:
     """Normalizer (one Sub/Div/Clip chain per input, as ML-Agents writes it), Concat, body, head."""
+    normalizer = policy.normalizer
+    if not isinstance(policy.body, nn.Sequential) or not isinstance(policy.head, nn.Linear):
+        raise UsageError(f"{policy.info.name}: only MLP policies can be exported; this one is a rebuilt graph")
+    if normalizer is not None and not isinstance(normalizer, ObservationNormalizer):
+        raise UsageError(f"{policy.info.name}: cannot export its {type(normalizer).__name__} observation preprocessing")
     chains = list(inputs)
-    if policy.normalizer is not None:
-        mean = policy.normalizer.running_mean
-        std = policy.normalizer.std()  # the float32 value the torch forward divides by
+    if normalizer is not None:
+        mean = normalizer.mean()
+        std = normalizer.std()  # the float32 value the torch forward divides by
         start = 0
         for i, (name, size) in enumerate(zip(inputs, policy.info.obs_sizes)):
             prefix = f"normalizer.{i}"
             x = b.op("Sub", [name, b.constant(f"{prefix}.running_mean", mean[start : start + size])], f"{prefix}/Sub")
             x = b.op("Div", [x, b.constant(f"{prefix}.std", std[start : start + size])], f"{prefix}/Div")
-            chains[i] = b.op("Clip", [x], f"{prefix}/Clip", min=-NORMALIZER_CLAMP, max=NORMALIZER_CLAMP)
+            chains[i] = b.op("Clip", [x], f"{prefix}/Clip", min=-normalizer.clip, max=normalizer.clip)
             start += size
     x = b.op("Concat", chains, "concat", axis=1)
     for index, module in enumerate(policy.body):

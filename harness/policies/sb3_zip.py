@@ -84,7 +84,7 @@ class Archive:
     sha256: str
 
 
-def load_sb3_zip(path: Path, name: str | None = None, env_id: str | None = None) -> PolicyNet:
+def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
     """Rebuild the actor of an SB3 save as a float32 `PolicyNet`; PolicyLoadError if unusable."""
     path = Path(path)
     archive = _read_archive(path)
@@ -113,7 +113,6 @@ def load_sb3_zip(path: Path, name: str | None = None, env_id: str | None = None)
         obs_sizes=(obs_size,),
         action_size=action_size,
         sha256=archive.sha256,
-        env_id=env_id,
         obs_low=obs_low,
         obs_high=obs_high,
         detail=f"SB3 {archive.version}, {activation}, {arch.describe()}",

@@ -10,11 +10,10 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-import numpy as np
 
 from harness.run.options import SweepConfig
-from harness.policies.base import PolicyNet
-from harness.workloads import ObsBatch, clamp_bounds_of, make_batch
+from harness.policies.base import ObservationNormalizer, PolicyNet
+from harness.workloads import ObsBatch, make_batch
 
 EDGE_BATCH = 64
 UNIFORM_BATCH = 4096
@@ -73,10 +72,7 @@ def plan_units(config: SweepConfig, policies: dict[str, PolicyNet]) -> list[Unit
 
 def plan_batches(config: SweepConfig, policy: PolicyNet) -> list[ObsBatch]:
     info = policy.info
-    bounds = None
-    if policy.normalizer is not None:
-        mean = policy.normalizer.running_mean.numpy().astype(np.float64)
-        bounds = clamp_bounds_of(mean, policy.normalizer.std().numpy().astype(np.float64))
+    bounds = policy.normalizer.clamp_bounds() if isinstance(policy.normalizer, ObservationNormalizer) else None
     batches = [make_batch(info, "normal", size, config.seed) for size in config.batch_sizes]
     batches.append(make_batch(info, "uniform", UNIFORM_BATCH, config.seed))
     batches.append(make_batch(info, "edge", EDGE_BATCH, config.seed, bounds))
