@@ -5,7 +5,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 ARGS ?=
 
-.PHONY: venv sweep test test-fast bench clean
+# CI's second run: the suite again with the real torch-npu wheel installed next to torch and no
+# CANN, so `import torch_npu` fails as it does on any machine without the Ascend toolkit.
+NPU_VENV ?= .venv-npu
+NPU_PY := $(NPU_VENV)/bin/python
+
+.PHONY: venv venv-npu sweep test test-fast test-npu-wheel bench clean
 
 venv: $(VENV)/.installed
 
@@ -14,6 +19,18 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+# torch-npu X.Y pins torch X.Y: the check fails if pip picked a wheel for another torch or moved torch.
+venv-npu: $(NPU_VENV)/.installed
+
+$(NPU_VENV)/.installed: pyproject.toml
+	python3 -m venv $(NPU_VENV)
+	$(NPU_PY) -m pip install -q --upgrade pip
+	$(NPU_PY) -m pip install -q torch==2.13.0
+	$(NPU_PY) -m pip install -q -e '.[dev,npu]'
+	$(NPU_PY) -c "from importlib.metadata import version as v; t, n = v('torch'), v('torch-npu'); \
+		assert t.startswith('2.13.0') and n.split('.')[:2] == t.split('.')[:2], (t, n)"
 	touch $@
 
 sweep: venv
@@ -25,8 +42,22 @@ test: venv
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
 
+# Each test file alone in a fresh process (quick tests), so each proves on its own that the
+# device-backend guard comes before torch; then the slow tests (sweep, bench, CLI, `ray job
+# submit`), which prove it in every process Ray starts. Exit 5 is a file whose tests are all slow.
+test-npu-wheel: venv-npu
+	@$(NPU_PY) -c "from importlib.metadata import version as v; import harness.devices as d; \
+		print('torch', v('torch'), '| torch-npu', v('torch-npu'), '| npu available:', *d.npu_available())"
+	@failed=""; for f in tests/test_*.py; do \
+		echo "--- $$f (alone, not slow)"; \
+		$(NPU_PY) -m pytest -q -m "not slow" $(ARGS) $$f; rc=$$?; \
+		[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || failed="$$failed $$f"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "failed with the real torch-npu wheel:$$failed"; exit 1; fi
+	$(NPU_PY) -m pytest -q -ra -m slow $(ARGS)
+
 bench: venv
 	$(PY) -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) $(NPU_VENV) .pytest_cache
