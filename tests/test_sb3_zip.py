@@ -26,6 +26,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from harness.errors import PolicyLoadError
 from harness.policies import load_policy
+from harness.policies import sb3_zip
 from harness.policies.sb3_zip import MAX_MEMBER_BYTES, load_sb3_zip
 
 CASE_SHA256 = "83d0de1280428dbfe8b1d4db5b4ae8450e8b137759a454eed5149a7a995228c2"
@@ -303,3 +304,12 @@ def test_cartpole_reaches_500_in_seals_env() -> None:
             total += float(reward)
             done = terminated or truncated
         assert total == 500.0, f"episode seed {seed}: return {total}"
+
+
+def test_zip_over_the_size_limit_is_refused(relu_zip: tuple[PPO, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The zip is read once, into memory (the bytes hashed are the bytes parsed), so its size is capped."""
+    _, path = relu_zip
+    limit = path.stat().st_size - 1
+    monkeypatch.setattr(sb3_zip, "MAX_ZIP_BYTES", limit)
+    with pytest.raises(PolicyLoadError, match=re.escape(f"{path}: is over the {limit} byte limit for a policy zip")):
+        load_sb3_zip(path)

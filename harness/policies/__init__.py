@@ -14,7 +14,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from harness.errors import PolicyLoadError, UsageError
-from harness.policies.base import DTYPES, GOLDEN, ActionKind, PolicyInfo, PolicyNet, cast_policy
+from harness.dtypes import GOLDEN
+from harness.policies.base import DTYPES, ActionKind, PolicyInfo, PolicyNet, cast_policy
 
 BUILTIN = ("cartpole", "huggy-arch")
 SUFFIXES = (".zip", ".onnx", ".pt")

@@ -15,6 +15,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.dtypes import GOLDEN, REDUCED_FLOAT32
+
 ActionKind = Literal["discrete", "continuous"]
 
 DTYPES: dict[str, torch.dtype] = {
@@ -24,8 +26,6 @@ DTYPES: dict[str, torch.dtype] = {
 }
 """The dtypes a card computes in."""
 
-GOLDEN = "float64"
-"""The CPU reference's golden: the whole policy, normalizer and head included, in float64."""
 
 # ML-Agents clamps normalized observations to this range (ml-agents/trainers/torch/networks.py).
 NORMALIZER_CLAMP = 5.0
@@ -36,7 +36,7 @@ class PolicyInfo:
     """What a policy is and where its bytes came from; recorded with every result."""
 
     name: str  # what the user asked for: a registry name or a path
-    source: str  # "sb3-zip", "mlagents-onnx", "mlagents-pt", "synthetic"
+    source: str  # "sb3-zip", "mlagents-onnx", "onnx-graph", "mlagents-pt", "synthetic"
     action_kind: ActionKind
     obs_sizes: tuple[int, ...]  # one entry per observation input (ML-Agents obs_0..obs_k)
     action_size: int  # number of discrete actions, or continuous action dimensions
@@ -46,6 +46,7 @@ class PolicyInfo:
     obs_low: tuple[float, ...] | None = None  # bounds of the concatenated observation (inf allowed)
     obs_high: tuple[float, ...] | None = None
     onnx_path: str | None = None  # onnxruntime reference, when the policy came as ONNX
+    onnx_outputs: tuple[tuple[str, str], ...] = ()  # (graph tensor, "logits" | "mu" | "action") the reference reads
     detail: str = ""  # e.g. "SB3 1.0rc0, Tanh, pi [64, 64]"
     env_source: str = ""  # where env_id came from: "built in", "RL Zoo args.yml", "model card", "--env", ...
     obs_normalization: str = ""  # what normalizes observations inside the policy, e.g. "VecNormalize (vecnormalize.pkl)"
@@ -145,6 +146,10 @@ class PolicyNet(nn.Module):
         x = self.body(x.to(self.compute_dtype))
         return self.head(x).to(self.io_dtype)
 
+    def bounded_outputs(self) -> frozenset[str]:
+        """Outputs whose range the policy itself bounds: ML-Agents' clipped actions lie in [-1, 1]."""
+        return frozenset({"action", "stochastic_action"}) if self.action_clip is not None else frozenset()
+
     def deterministic_action(self, head_out: torch.Tensor) -> torch.Tensor:
         if self.info.action_kind == "discrete":
             return torch.argmax(head_out, dim=-1)
@@ -174,14 +179,19 @@ def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
     and `log_sigma` stay float32, and observations go in and outputs come out as float32 (a
     naive `.to(float16)` of the whole model overflows ML-Agents' normalizer sums to inf). The
     golden (`GOLDEN`, float64): everything, normalizer and head included, and the output too.
+    `REDUCED_FLOAT32`: float32 with its matmul inputs rounded as TF32, HF32, ... do.
     """
+    if dtype in REDUCED_FLOAT32:
+        from harness.policies.matmul_precision import reduce_float32_matmuls
+
+        return reduce_float32_matmuls(cast_policy(policy, "float32"), REDUCED_FLOAT32[dtype])
     cast = copy.deepcopy(policy)
     if dtype == GOLDEN:
         cast.double()
         cast.compute_dtype = cast.io_dtype = torch.float64
         return cast
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join([*DTYPES, GOLDEN])}")
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join([*DTYPES, *REDUCED_FLOAT32, GOLDEN])}")
     for part in (cast.body, cast.head):
         part.to(DTYPES[dtype])
     cast.compute_dtype = DTYPES[dtype]

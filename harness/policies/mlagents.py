@@ -79,6 +79,7 @@ class MLAgentsWeights:
         detail: str,
         synthetic: bool = False,
         onnx_path: str | None = None,
+        onnx_outputs: tuple[tuple[str, str], ...] = (),
     ) -> PolicyNet:
         info = PolicyInfo(
             name=name,
@@ -89,6 +90,7 @@ class MLAgentsWeights:
             sha256=sha256,
             synthetic=synthetic,
             onnx_path=onnx_path,
+            onnx_outputs=onnx_outputs,
             detail=detail,
         )
         # The random init is overwritten below; loading must not move the caller's global RNG.

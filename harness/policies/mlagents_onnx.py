@@ -20,21 +20,18 @@ from pathlib import Path
 import numpy as np
 import onnx
 import torch
-from onnx import numpy_helper
 
 from harness.errors import PolicyLoadError
 from harness.policies.base import NORMALIZER_CLAMP, Normalizer, PolicyNet
 from harness.policies.mlagents import ACTION_CLIP, LayoutError, MLAgentsWeights
+from harness.policies.onnx_model import GraphIndex, read_model
 
 VERSIONS = (2, 3)  # ModelApiVersion.MLAgents1_0 and MLAgents2_0
 DETERMINISTIC = "deterministic_continuous_actions"
 
 
-def load_mlagents_onnx(path: Path) -> PolicyNet:
-    try:
-        model = onnx.load(path)  # reads external weight files beside it, if the model has any
-    except Exception as error:  # protobuf raises its own DecodeError, among others
-        raise PolicyLoadError(path, f"not an ONNX model ({type(error).__name__})") from None
+def load_mlagents_onnx(path: Path, model: onnx.ModelProto | None = None) -> PolicyNet:
+    model = model if model is not None else read_model(path)
     try:
         graph = _Graph(model.graph)
     except ValueError as error:  # numpy_helper on a tensor whose data does not fill its shape
@@ -58,25 +55,13 @@ def load_mlagents_onnx(path: Path) -> PolicyNet:
         detail=detail,
         synthetic=synthetic,
         onnx_path=str(path),
+        # A version 2 export has no deterministic output: nothing for onnxruntime to compare.
+        onnx_outputs=((DETERMINISTIC, "action"),) if DETERMINISTIC in graph.outputs else (),
     )
 
 
-class _Graph:
-    """Name lookups over one ONNX graph: constants, producers and consumers of each value."""
-
-    def __init__(self, graph: onnx.GraphProto) -> None:
-        self.inputs = [value for value in graph.input if value.name not in {t.name for t in graph.initializer}]
-        self.outputs = [value.name for value in graph.output]
-        self.constants = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
-        self.producer: dict[str, onnx.NodeProto] = {}
-        self.consumers: dict[str, list[onnx.NodeProto]] = {}
-        for node in graph.node:
-            if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-                self.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
-            for name in node.output:
-                self.producer[name] = node
-            for name in node.input:
-                self.consumers.setdefault(name, []).append(node)
+class _Graph(GraphIndex):
+    """The index, with the lookups the ML-Agents layout is read by: each raises LayoutError."""
 
     def constant(self, name: str, what: str) -> np.ndarray:
         if name not in self.constants:

@@ -1,13 +1,89 @@
-"""`*.onnx`: an ML-Agents export (its known layout, read node by node), else any graph."""
+"""`*.onnx`: an ML-Agents export (its known layout, read node by node), else any graph (onnx2torch);
+and onnxruntime on the original file, the reference every rebuild is checked against."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from harness.policies.base import ActionKind, PolicyNet
+import numpy as np
+import onnx
 
+from harness.errors import PolicyLoadError
+from harness.policies.base import ActionKind, PolicyInfo, PolicyNet
+from harness.policies.onnx_model import GraphIndex, read_model
+
+if TYPE_CHECKING:
+    import onnxruntime
 
 def load_onnx(path: Path, onnx_output: str | None, action_kind: ActionKind | None) -> PolicyNet:
-    from harness.policies.mlagents_onnx import load_mlagents_onnx
+    """An ML-Agents export (it has a `version_number` output, and its layout says the head and
+    the action kind, so `onnx_output` and `action_kind` are not needed), else any graph."""
+    model = read_model(path)
+    if _is_mlagents(model):
+        from harness.policies.mlagents_onnx import load_mlagents_onnx
 
-    return load_mlagents_onnx(path)
+        return load_mlagents_onnx(path, model)
+    from harness.policies.onnx_graph import GraphError, load_onnx_graph
+
+    try:
+        return load_onnx_graph(path, model, onnx_output, action_kind)
+    except GraphError as error:
+        raise PolicyLoadError(path, str(error)) from None
+
+
+@dataclass
+class OnnxReference:
+    """onnxruntime on one policy's original file, with outputs under the harness's names."""
+
+    session: onnxruntime.InferenceSession
+    inputs: list[str]
+    outputs: dict[str, str]  # graph tensor -> "logits", "mu" or "action"
+    batch: int | None  # the batch size the graph's inputs fix; None: any
+    discrete: bool
+
+    def run(self, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+        if not self.outputs:  # an ML-Agents v2 export: no deterministic output to compare
+            return {}
+        rows = len(obs[0])
+        # A graph that fixes its batch (SB3's recipe: 1) runs as exported, a batch of that size at a time.
+        step = self.batch or rows
+        if rows % step:
+            raise ValueError(f"the graph takes batches of exactly {step} rows, got {rows}")
+        names = list(self.outputs)
+        parts = [self.session.run(names, {n: x[i : i + step] for n, x in zip(self.inputs, obs)}) for i in range(0, rows, step)]
+        values = {self.outputs[name]: np.concatenate([part[k] for part in parts]) for k, name in enumerate(names)}
+        if self.discrete and "action" in values:
+            values["action"] = values["action"].reshape(rows).astype(np.int64)
+        return values
+
+
+def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
+    """onnxruntime on `info.onnx_path`: the graph as exported, nodes and weights untouched.
+
+    Only the list of graph outputs may grow: a head that is not an output (the logits before an
+    ArgMax) is added as one, so onnxruntime returns the tensor the torch rebuild computes.
+    """
+    import onnxruntime
+
+    if info.onnx_path is None:
+        raise ValueError(f"{info.name} did not come as ONNX: there is no onnxruntime reference")
+    model = read_model(Path(info.onnx_path))
+    have = [value.name for value in model.graph.output]
+    outputs = dict(info.onnx_outputs)
+    for name in outputs:
+        if name not in have:
+            model.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    inputs = GraphIndex(model.graph).inputs
+    first = inputs[0].type.tensor_type.shape.dim[0]
+    batch = first.dim_value if first.HasField("dim_value") else None
+    return OnnxReference(session, [value.name for value in inputs], outputs, batch, info.action_kind == "discrete")
+
+
+def _is_mlagents(model: onnx.ModelProto) -> bool:
+    return any(value.name == "version_number" for value in model.graph.output)

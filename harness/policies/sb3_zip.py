@@ -9,6 +9,10 @@ the pickled bytes with a regex, and reads `policy.pth` with `weights_only=True`.
 Supported: actor-critic MLP policies (PPO, A2C: `ActorCriticPolicy`) with a Box observation and
 a Discrete or Box action. The actor path is features (flatten) -> shared layers (SB3 1.x) ->
 policy layers -> `action_net`; it becomes `body` (built by `mlp()`) and `head`.
+
+The files beside the zip (`policy_files`) say what the zip does not: the environment (the RL
+Zoo's args.yml, a Hugging Face model card) and the VecNormalize statistics the policy was
+trained behind, which become its `normalizer` (`vecnormalize`).
 """
 
 from __future__ import annotations
@@ -31,9 +35,14 @@ from torch import nn
 
 from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import ActionKind, PolicyInfo, PolicyNet, mlp
+from harness.policies.policy_files import find_env, find_vecnormalize
+from harness.policies.vecnormalize import VecNormalizeObs, VecNormalizeStats, read_vecnormalize
 
 # The largest member we will inflate; real policies are kilobytes to a few megabytes.
 MAX_MEMBER_BYTES = 64 * 1024 * 1024
+# The zip is read once, into memory, so that the bytes hashed are the bytes parsed. Beside the
+# members we read it may hold the optimizer's state (twice the weights) and provenance.
+MAX_ZIP_BYTES = 4 * MAX_MEMBER_BYTES
 # Deflate rarely beats 20:1 on JSON or weights; a zip bomb runs at about 1000:1.
 MAX_RATIO = 100
 RATIO_CHECK_ABOVE = 1024 * 1024
@@ -78,10 +87,10 @@ class Arch:
 
 @dataclass(frozen=True)
 class Archive:
+    content: bytes  # the whole zip
     data: str
     policy_pth: bytes
     version: str
-    sha256: str
 
 
 def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
@@ -106,18 +115,60 @@ def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
     for target, layer in zip([*(m for m in body if isinstance(m, nn.Linear)), head], layers):
         _load_linear(target, state, layer)
     log_sigma = _log_sigma(path, state, action_kind, action_size)
+    env = find_env(path)
+    stats_path = find_vecnormalize(path)
+    stats = read_vecnormalize(stats_path) if stats_path is not None else None
+    normalizer = _normalizer(path, stats, obs_size)
+    # Other statistics make another policy, so the identity covers the statistics applied: the
+    # zip's bytes, then theirs (`cat` the two files into sha256sum to check it).
+    applied = stats.content if stats is not None and normalizer is not None else b""
     info = PolicyInfo(
         name=name if name is not None else str(path),
         source="sb3-zip",
         action_kind=action_kind,
         obs_sizes=(obs_size,),
         action_size=action_size,
-        sha256=archive.sha256,
+        sha256=_sha256(archive.content, applied),
+        env_id=env.env_id if env is not None else None,
+        env_source=env.source if env is not None else "",
         obs_low=obs_low,
         obs_high=obs_high,
-        detail=f"SB3 {archive.version}, {activation}, {arch.describe()}",
+        detail=f"SB3 {archive.version}, {activation}, {arch.describe()}{_stats_detail(stats)}",
+        obs_normalization=_obs_normalization(path, stats),
     )
-    return PolicyNet(info, body, head, log_sigma=log_sigma, action_clip=None)
+    return PolicyNet(info, body, head, normalizer=normalizer, log_sigma=log_sigma, action_clip=None)
+
+
+def _normalizer(path: Path, stats: VecNormalizeStats | None, obs_size: int) -> VecNormalizeObs | None:
+    """SB3's normalization where the statistics say norm_obs, after checking they fit the policy."""
+    if stats is None or stats.mean is None or stats.var is None:
+        return None
+    if stats.mean.size != obs_size:
+        problem = f"normalizes {stats.mean.size} observation values, but {path.name} takes {obs_size}"
+        raise PolicyLoadError(stats.path, problem)
+    return VecNormalizeObs(stats.mean, stats.var, stats.epsilon, stats.clip_obs)
+
+
+def _obs_normalization(path: Path, stats: VecNormalizeStats | None) -> str:
+    if stats is None:
+        return ""
+    where = stats.path.relative_to(path.parent)
+    if not stats.norm_obs:
+        return f"none: VecNormalize in {where} has norm_obs False, so observations go in as they are"
+    return f"VecNormalize from {where}: {stats.describe()}"
+
+
+def _stats_detail(stats: VecNormalizeStats | None) -> str:
+    if stats is None:
+        return ""
+    return f", VecNormalize {stats.describe()}" if stats.norm_obs else ", VecNormalize without norm_obs (not applied)"
+
+
+def _sha256(*parts: bytes) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.hexdigest()
 
 
 def _shown(value: Any, limit: int = 100) -> str:
@@ -131,8 +182,10 @@ def _read_archive(path: Path) -> Archive:
         raise PolicyLoadError(path, "no such file")
     try:
         with path.open("rb") as f:
-            sha256 = hashlib.file_digest(f, "sha256").hexdigest()
-        zf = zipfile.ZipFile(path)
+            content = f.read(MAX_ZIP_BYTES + 1)
+        if len(content) > MAX_ZIP_BYTES:
+            raise PolicyLoadError(path, f"is over the {MAX_ZIP_BYTES} byte limit for a policy zip")
+        zf = zipfile.ZipFile(io.BytesIO(content))
     except zipfile.BadZipFile:
         raise PolicyLoadError(path, "not a zip file (expected a Stable-Baselines3 save)") from None
     except OSError as exc:
@@ -149,7 +202,7 @@ def _read_archive(path: Path) -> Archive:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise PolicyLoadError(path, "data is not UTF-8 JSON text") from None
-    return Archive(text, policy_pth, version, sha256)
+    return Archive(content, text, policy_pth, version)
 
 
 def _read_member(path: Path, zf: zipfile.ZipFile, member: str) -> bytes:

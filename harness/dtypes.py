@@ -1,0 +1,28 @@
+"""The dtypes a card computes in, as labels: float32, float16 and bfloat16; float32 whose matmuls
+the card reduces (TF32 on CUDA, HF32 on Ascend, or bf16 / fp16 inputs); and the float64 golden.
+Plain data, shared by the policies (to cast and to emulate) and the judge (to weigh an error)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+GOLDEN: Final = "float64"
+"""The CPU reference's golden: the whole policy, normalizer and head included, in float64."""
+
+REDUCED_FLOAT32: Final[dict[str, int]] = {"float32-tf32": 10, "float32-hf32": 10, "float32-bf16": 7, "float32-fp16": 10}
+"""float32 whose matmul inputs a card rounds to this many mantissa bits, products summed in
+float32: the CPU emulates it for the same-dtype reference of such a card."""
+
+MANTISSA_BITS: Final[dict[str, int]] = {"float32": 23, "float16": 10, "bfloat16": 7, GOLDEN: 52, **REDUCED_FLOAT32}
+"""Explicit mantissa bits of each label: its eps is 2 ** -bits."""
+
+
+def base_dtype(label: str) -> str:
+    """What a card casts its policy to for a label: a card labelled float32-tf32 is sent
+    float32 and its own matmuls do the rest."""
+    return "float32" if label in REDUCED_FLOAT32 else label
+
+
+def reduced_label(dtype: str, matmul_mode: str | None) -> str:
+    """The label of `dtype` on a card whose float32 matmuls run in `matmul_mode` ("tf32", ...)."""
+    return f"{dtype}-{matmul_mode}" if dtype == "float32" and matmul_mode else dtype
