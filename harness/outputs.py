@@ -19,10 +19,18 @@ Outputs = dict[str, np.ndarray]
 class EpisodeOutput:
     episode_seed: int
     stochastic: bool
-    actions: np.ndarray  # int64 (length,)
+    actions: np.ndarray  # as stepped: int64 (length,) discrete, or (length, action_size) in the Box's dtype
     episode_return: float
     length: int
+    # How the policy saw the episode: "single" (its own forward at batch 1) or "lockstep" (one
+    # forward per step over all the unit's episodes, `batch_size` rows). Batch-variant cards
+    # may choose other actions at another size, so only equal batchings are compared.
+    batching: str = "single"
+    batch_size: int = 1
 
     @property
     def actions_sha256(self) -> str:
-        return hashlib.sha256(self.actions.astype(np.int64).tobytes()).hexdigest()
+        """Of dtype, shape and bytes: integer and float sequences of the same bytes never collide."""
+        digest = hashlib.sha256(f"{self.actions.dtype.str}{self.actions.shape}".encode())
+        digest.update(np.ascontiguousarray(self.actions).tobytes())
+        return digest.hexdigest()

@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.envs.cartpole import HORIZON, SealsCartPoles, VecCartPole, make_cartpoles
+from harness.envs.cartpole import ENV_ID, HORIZON, VecCartPole
+from harness.envs.lockstep import GymEnvs, make_lockstep
 
 
 def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
@@ -21,7 +22,7 @@ def same_bits(a: np.ndarray, b: np.ndarray) -> bool:
     return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
 
 
-def real_state(real: SealsCartPoles) -> np.ndarray:
+def real_state(real: GymEnvs) -> np.ndarray:
     return np.array([np.asarray(env.unwrapped.state, dtype=np.float64) for env in real.envs])
 
 
@@ -35,7 +36,7 @@ def action_plan(kind: str, n_envs: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def assert_lockstep_identical(seeds: list[int], actions: np.ndarray, continue_episodes: int = 0) -> None:
-    vec, real = VecCartPole(len(seeds)), SealsCartPoles(len(seeds))
+    vec, real = VecCartPole(len(seeds)), GymEnvs(ENV_ID, len(seeds))
     for episode in range(1 + continue_episodes):
         # The first episode is seeded; later ones continue each environment's generator.
         episode_seeds = seeds if episode == 0 else None
@@ -70,7 +71,7 @@ def test_any_seed_and_action_sequence(seed: int, actions: list[int]) -> None:
 
 
 def test_stepping_past_the_horizon_needs_a_reset() -> None:
-    env = make_cartpoles("numpy", 2)
+    env = make_lockstep(ENV_ID, 2, "numpy")
     with pytest.raises(RuntimeError, match="reset"):
         env.step(np.zeros(2, dtype=np.int64))
     env.reset([0, 1])
@@ -82,4 +83,4 @@ def test_stepping_past_the_horizon_needs_a_reset() -> None:
 
 def test_unknown_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="numpy, gymnasium"):
-        make_cartpoles("mujoco", 1)
+        make_lockstep(ENV_ID, 1, "mujoco")

@@ -7,21 +7,23 @@ the arithmetic below is written in exactly the reference's order of operations: 
 the same constants computed the same way, the same expression trees. Reordering a sum or
 folding constants changes the last bit and, over 500 steps, the trajectory.
 
-Both implementations share one small interface (`LockstepEnv`): every environment is reset at
-once and stepped at once, which is all a fixed-horizon environment needs.
+It is a `LockstepEnv` (harness/envs/protocol.py): every environment is reset at once and
+stepped at once, and since seals never terminates, all episodes end together at the horizon
+and no slot ever needs masking.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Protocol
 
 import numpy as np
 
+from harness.envs.protocol import Step
+
 ENV_ID = "seals/CartPole-v0"
 HORIZON = 500  # seals registers the environment with max_episode_steps=500
-IMPLS = ("numpy", "gymnasium")  # this file's numpy copy, or the real environments
+IMPLS = ("numpy", "gymnasium")  # this file's numpy copy, or the real environments (harness/envs/lockstep.py)
 
 # gymnasium CartPoleEnv.__init__, computed as it computes them.
 GRAVITY = 9.8
@@ -36,25 +38,12 @@ THETA_THRESHOLD = 12 * 2 * math.pi / 360
 X_THRESHOLD = 2.4
 RESET_LOW, RESET_HIGH = -0.05, 0.05
 
-Step = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # obs, rewards, terminated, truncated
-
-
-class LockstepEnv(Protocol):
-    n_envs: int
-
-    def reset(self, seeds: Sequence[int] | None = None) -> np.ndarray:
-        """float32 (n_envs, 4). `seeds` reseed each environment's generator, as
-        `env.reset(seed=s)` does; None continues each generator, as `env.reset()` does."""
-        ...
-
-    def step(self, actions: np.ndarray) -> Step:
-        """obs float32 (n, 4), rewards float64 (n,), terminated and truncated bool (n,)."""
-        ...
-
-
 class VecCartPole:
     """Numpy `seals/CartPole-v0`. The state is kept as four contiguous float64 rows (x, x_dot,
     theta, theta_dot): numpy may pick other SIMD kernels for strided columns."""
+
+    env_id = ENV_ID
+    horizon = HORIZON
 
     def __init__(self, n_envs: int) -> None:
         self.n_envs = n_envs
@@ -95,35 +84,8 @@ class VecCartPole:
         never = np.zeros(self.n_envs, dtype=bool)
         return self._obs(), rewards, never, np.full(self.n_envs, self.steps >= HORIZON)
 
+    def close(self) -> None:
+        """Nothing to release: arrays only."""
+
     def _obs(self) -> np.ndarray:
         return np.ascontiguousarray(self.state.T, dtype=np.float32)
-
-
-class SealsCartPoles:
-    """The real environments, one `gymnasium.make` each, stepped in a loop: the reference path."""
-
-    def __init__(self, n_envs: int) -> None:
-        import gymnasium as gym
-        import seals  # noqa: F401  (registers seals/* environments)
-
-        self.n_envs = n_envs
-        self.envs = [gym.make(ENV_ID) for _ in range(n_envs)]
-
-    def reset(self, seeds: Sequence[int] | None = None) -> np.ndarray:
-        if seeds is not None and len(seeds) != self.n_envs:
-            raise ValueError(f"{len(seeds)} seeds for {self.n_envs} environments")
-        per_env = [None] * self.n_envs if seeds is None else [int(s) for s in seeds]
-        return np.stack([env.reset(seed=s)[0] for env, s in zip(self.envs, per_env)])
-
-    def step(self, actions: np.ndarray) -> Step:
-        results = [env.step(int(a)) for env, a in zip(self.envs, np.asarray(actions))]
-        obs, rewards, terminated, truncated, _ = zip(*results)
-        return np.stack(obs), np.asarray(rewards, dtype=np.float64), np.asarray(terminated), np.asarray(truncated)
-
-
-def make_cartpoles(impl: str, n_envs: int) -> LockstepEnv:
-    if impl == "numpy":
-        return VecCartPole(n_envs)
-    if impl == "gymnasium":
-        return SealsCartPoles(n_envs)
-    raise ValueError(f"unknown environment implementation {impl!r}; known: {', '.join(IMPLS)}")

@@ -1,38 +1,124 @@
-"""Closed-loop episodes: the environment steps on this process's CPU, the policy on the card."""
+"""Closed-loop episodes: the environments step on this process's CPU, the policy on the card.
+
+A unit's episodes (one per seed) run together in lockstep environments (harness/envs/), and the
+batching says how the policy sees them:
+
+- lockstep: one forward per step over every episode's row. An ended episode keeps its row
+  (its last observation, its action dropped), so the batch is as many rows as seeds from the
+  first step to the last, whenever the others end.
+- single: one forward per running episode per step, at batch 1, as a deployed agent runs.
+
+Rows are in ascending seed order whatever order the caller gives, so a seed's row, like the
+batch shape, depends only on the set of seeds. Stochastic episodes draw row i's noise at step t
+from `episode_noise(info, seed_i, horizon)[t]` in both batchings, so on a batch-invariant card
+the two agree bit for bit; where they part, the card is batch-variant: a finding, not a bug.
+Continuous actions are clipped to the action space's bounds before stepping, as SB3 does, and
+recorded as stepped.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
 from harness.devices import Device
+from harness.envs.lockstep import make_lockstep
+from harness.envs.protocol import LockstepEnv
+from harness.envs.registry import action_bounds, check_env
 from harness.outputs import EpisodeOutput
 from harness.policies.base import PolicyNet
 from harness.workloads import episode_noise
 
+BATCHINGS = ("lockstep", "single")
+
+Decide = Callable[[torch.Tensor, int, np.ndarray], np.ndarray]
+"""(observations on the card, step, which episodes are running) -> every row's action."""
+
 
 @torch.inference_mode()
-def run_episode(policy: PolicyNet, device: Device, env_id: str, seed: int, stochastic: bool) -> EpisodeOutput:
-    """One seeded episode, one decision at a time (batch 1), as a deployed agent runs."""
-    import gymnasium as gym
-    import seals  # noqa: F401  (registers seals/* environments)
-
-    env = gym.make(env_id)
+def run_episodes(
+    policy: PolicyNet, device: Device, env_id: str, seeds: Sequence[int], stochastic: bool, batching: str
+) -> list[EpisodeOutput]:
+    """One seeded episode per seed, in the order of `seeds`."""
+    check_env(env_id, policy.info)
+    envs = make_lockstep(env_id, len(seeds))
     try:
-        obs, _ = env.reset(seed=seed)
-        horizon = env.spec.max_episode_steps or 10_000
-        noise = torch.from_numpy(episode_noise(policy.info, seed, horizon)).to(device.torch_device)
-        actions, total, done, step = [], 0.0, False, 0
-        while not done:
-            x = torch.from_numpy(np.asarray(obs, dtype=np.float32)[None]).to(device.torch_device)
-            head = policy(x)
-            act = policy.stochastic_action(head, noise[step : step + 1]) if stochastic else policy.deterministic_action(head)
-            action = int(act.item())
-            obs, reward, terminated, truncated, _ = env.step(action)
-            actions.append(action)
-            total += float(reward)
-            done = terminated or truncated
-            step += 1
+        return play(policy, device, envs, seeds, stochastic, batching)
     finally:
-        env.close()
-    return EpisodeOutput(seed, stochastic, np.asarray(actions, dtype=np.int64), total, len(actions))
+        envs.close()
+
+
+@torch.inference_mode()
+def play(
+    policy: PolicyNet, device: Device, envs: LockstepEnv, seeds: Sequence[int], stochastic: bool, batching: str
+) -> list[EpisodeOutput]:
+    """The episodes of `seeds` on `envs` (one environment per seed), in the order of `seeds`."""
+    if batching not in BATCHINGS:
+        raise ValueError(f"unknown batching {batching!r}; known: {', '.join(BATCHINGS)}")
+    order = np.argsort(np.asarray(seeds, dtype=np.int64), kind="stable")
+    row_seeds = [int(seeds[i]) for i in order]
+    noise = _noise(policy, device, row_seeds, envs.horizon) if stochastic else None
+    decide = _lockstep(policy, noise) if batching == "lockstep" else _single(policy, noise)
+    bounds = action_bounds(envs.env_id) if policy.info.action_kind == "continuous" else None
+
+    obs = envs.reset(row_seeds)
+    running = np.ones(len(row_seeds), dtype=bool)
+    totals = np.zeros(len(row_seeds), dtype=np.float64)
+    lengths = np.zeros(len(row_seeds), dtype=np.int64)
+    stepped: list[np.ndarray] = []
+    for t in range(envs.horizon):
+        actions = decide(torch.from_numpy(obs).to(device.torch_device), t, running)
+        if bounds is not None:
+            # SB3's predict for a Box: np.clip to the bounds; the env gets the Box's dtype.
+            actions = np.clip(actions, *bounds).astype(bounds[0].dtype, copy=False)
+        obs, rewards, terminated, truncated = envs.step(actions)
+        stepped.append(actions)
+        totals += rewards  # 0 for ended episodes
+        lengths += running
+        running = ~(terminated | truncated)
+        if not running.any():
+            break
+    history = np.stack(stepped)  # (steps, rows, ...): rows of ended episodes hold dropped actions
+    batch_size = len(row_seeds) if batching == "lockstep" else 1
+    episodes = [
+        EpisodeOutput(
+            seed, stochastic, np.ascontiguousarray(history[: lengths[row], row]), float(totals[row]), int(lengths[row]),
+            batching=batching, batch_size=batch_size,
+        )
+        for row, seed in enumerate(row_seeds)
+    ]
+    return [episodes[row] for row in np.argsort(order)]  # seed i of the caller sits in row rank(i)
+
+
+def choose_actions(policy: PolicyNet, obs: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+    """One forward over `obs` (rows of concatenated inputs) and each row's action."""
+    head = policy(*torch.split(obs, list(policy.info.obs_sizes), dim=-1))
+    return policy.deterministic_action(head) if noise is None else policy.stochastic_action(head, noise)
+
+
+def _lockstep(policy: PolicyNet, noise: torch.Tensor | None) -> Decide:
+    def decide(obs: torch.Tensor, t: int, running: np.ndarray) -> np.ndarray:
+        return choose_actions(policy, obs, None if noise is None else noise[t]).cpu().numpy()
+
+    return decide
+
+
+def _single(policy: PolicyNet, noise: torch.Tensor | None) -> Decide:
+    def decide(obs: torch.Tensor, t: int, running: np.ndarray) -> np.ndarray:
+        rows = np.flatnonzero(running)
+        # One forward per row; the chosen actions cross to the host together, once per step.
+        per_row = [choose_actions(policy, obs[i : i + 1], None if noise is None else noise[t, i : i + 1]) for i in rows]
+        chosen = torch.cat(per_row).cpu().numpy()
+        actions = np.zeros((len(running), *chosen.shape[1:]), dtype=chosen.dtype)
+        actions[rows] = chosen
+        return actions
+
+    return decide
+
+
+def _noise(policy: PolicyNet, device: Device, seeds: list[int], horizon: int) -> torch.Tensor:
+    """float32 (horizon, rows, action_size) on the card: step t's noise is one contiguous slice."""
+    per_seed = np.stack([episode_noise(policy.info, seed, horizon) for seed in seeds], axis=1)
+    return torch.from_numpy(per_seed).to(device.torch_device)

@@ -9,26 +9,27 @@ import torch
 
 from harness.devices import Device
 from harness.inference.capture import capture_activations
-from harness.inference.episodes import run_episode
+from harness.inference.episodes import run_episodes
 from harness.inference.forward import run_batch, to_device
 from harness.outputs import EpisodeOutput, Outputs
-from harness.policies import load_policy
+from harness.policies import PolicySpec, load_policy
 from harness.policies.base import PolicyNet, cast_policy
 
 
 class Runner:
     """Loads float32 policies by name; casts and moves each (policy, dtype) to the device once.
 
-    Policies are loaded here from their names, not shipped from the driver, so a restarted
-    actor rebuilds itself from its constructor arguments alone. `loaded` reports the sha256 of
-    what was loaded: the driver refuses a node whose file differs from its own. `prepare` is
-    applied to every cast copy before it moves to the device (a card's injected faults).
+    Policies are loaded here from their specs (names and load options), not shipped from the
+    driver, so a restarted actor rebuilds itself from its constructor arguments alone. `loaded`
+    reports the sha256 of what was loaded: the driver refuses a node whose file differs from its
+    own. `prepare` is applied to every cast copy before it moves to the device (a card's
+    injected faults).
     """
 
     def __init__(
         self,
         device: Device,
-        policies: list[str],
+        policies: list[PolicySpec],
         threads: int,
         prepare: Callable[[PolicyNet], PolicyNet] | None = None,
     ) -> None:
@@ -36,7 +37,7 @@ class Runner:
         torch.set_num_threads(threads)
         self.device = device
         self.threads = threads
-        self.float32: dict[str, PolicyNet] = {name: load_policy(name) for name in policies}
+        self.float32: dict[str, PolicyNet] = {spec.source: load_policy(spec) for spec in policies}
         self._prepare = prepare or (lambda policy: policy)
         self._ready: dict[tuple[str, str], PolicyNet] = {}
 
@@ -51,9 +52,9 @@ class Runner:
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
         return run_batch(self.policy(key, dtype), self.device, obs, noise)
 
-    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool) -> list[EpisodeOutput]:
-        policy = self.policy(key, dtype)
-        return [run_episode(policy, self.device, env_id, seed, stochastic) for seed in seeds]
+    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str) -> list[EpisodeOutput]:
+        """`batching`: "lockstep" (one forward per step over all `seeds`) or "single" (batch 1)."""
+        return run_episodes(self.policy(key, dtype), self.device, env_id, seeds, stochastic, batching)
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         """Every layer's output on this batch, for finding where two runs part."""

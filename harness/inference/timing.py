@@ -13,7 +13,10 @@ import numpy as np
 import torch
 
 from harness.devices import Device
-from harness.envs.cartpole import HORIZON, make_cartpoles
+from harness.envs.lockstep import make_lockstep
+from harness.envs.registry import check_env
+from harness.inference.episodes import choose_actions, play
+from harness.outputs import EpisodeOutput
 from harness.policies.base import PolicyNet
 
 WARMUP_ITERATIONS = 5
@@ -55,11 +58,12 @@ class Throughput:
 
 @dataclass(frozen=True)
 class ClosedLoop:
-    decisions: int
+    decisions: int  # actions the episodes took; an ended episode's masked rows are not decisions
+    steps: int  # batched forwards, each followed by an environment step: a round takes its longest episode's length
     elapsed_s: float
     seeds: np.ndarray  # int64 (episodes,): episode i was reset with seeds[i]
     returns: np.ndarray  # float64 (episodes,)
-    first_actions: np.ndarray  # int8 (n_envs, HORIZON): the first round's, to prove two runs took the same episodes
+    first_round: tuple[EpisodeOutput, ...]  # to prove two runs (or a run and a sweep) took the same episodes
 
     @property
     def decisions_per_s(self) -> float:
@@ -126,27 +130,32 @@ def run_for(body: Callable[[], object], sync: Callable[[], None], start_at: floa
 
 
 @torch.inference_mode()
-def closed_loop(policy: PolicyNet, device: Device, env_impl: str, n_envs: int, seed: int, duration_s: float) -> ClosedLoop:
-    """Rounds of `n_envs` seeded CartPole episodes in lockstep, one batched forward per step,
-    until `duration_s` has passed (at least one round). Round r, env i is reset with seed
-    `seed + r * n_envs + i`, so the episodes are the same whatever the batch size."""
-    envs = make_cartpoles(env_impl, n_envs)
-    warm = torch.zeros((n_envs, policy.info.obs_size), dtype=torch.float32, device=device.torch_device)
-    policy.deterministic_action(policy(warm)).cpu()  # the first call is not what this measures
-    first_actions = np.empty((n_envs, HORIZON), dtype=np.int8)
-    returns, rounds = [], 0
-    start = time.perf_counter()
-    while rounds == 0 or time.perf_counter() - start < duration_s:
-        obs, total = envs.reset(range(seed + rounds * n_envs, seed + (rounds + 1) * n_envs)), np.zeros(n_envs)
-        for t in range(HORIZON):
-            head = policy(torch.from_numpy(obs).to(device.torch_device))
-            actions = policy.deterministic_action(head).cpu().numpy()
-            obs, rewards, _, _ = envs.step(actions)
-            total += rewards
-            if rounds == 0:
-                first_actions[:, t] = actions
-        returns.append(total)
-        rounds += 1
-    elapsed = time.perf_counter() - start
+def closed_loop(
+    policy: PolicyNet, device: Device, env_id: str, env_impl: str, n_envs: int, seed: int, duration_s: float
+) -> ClosedLoop:
+    """Rounds of `n_envs` seeded deterministic episodes in lockstep, one batched forward per
+    step, until `duration_s` has passed (at least one round): the sweep's `run_episodes` at
+    lockstep batching, timed. Round r, env i is reset with seed `seed + r * n_envs + i`, so the
+    episodes are the same whatever the batch size."""
+    check_env(env_id, policy.info)
+    envs = make_lockstep(env_id, n_envs, env_impl)
+    try:
+        warm = torch.zeros((n_envs, policy.info.obs_size), dtype=torch.float32, device=device.torch_device)
+        choose_actions(policy, warm, None).cpu()  # the first call is not what this measures
+        first_round: list[EpisodeOutput] = []
+        returns: list[float] = []
+        decisions = steps = rounds = 0
+        start = time.perf_counter()
+        while rounds == 0 or time.perf_counter() - start < duration_s:
+            first = seed + rounds * n_envs
+            episodes = play(policy, device, envs, range(first, first + n_envs), stochastic=False, batching="lockstep")
+            first_round = first_round or episodes
+            returns += [e.episode_return for e in episodes]
+            decisions += sum(e.length for e in episodes)
+            steps += max(e.length for e in episodes)
+            rounds += 1
+        elapsed = time.perf_counter() - start
+    finally:
+        envs.close()
     seeds = np.arange(seed, seed + rounds * n_envs, dtype=np.int64)
-    return ClosedLoop(rounds * n_envs * HORIZON, elapsed, seeds, np.concatenate(returns), first_actions)
+    return ClosedLoop(decisions, steps, elapsed, seeds, np.asarray(returns, dtype=np.float64), tuple(first_round))

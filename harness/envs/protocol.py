@@ -1,0 +1,38 @@
+"""What closed-loop episodes need from environments: many, reset and stepped together.
+
+An episode that ends keeps its slot: its environment is never stepped again (nor reset into a
+new episode), its last observation stays in the batch and its reward is 0 from then on, so the
+policy's batch is the same shape from the first step to the last and a seed's trajectory
+cannot depend on when the others ended.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+Step = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # obs, rewards, terminated, truncated
+
+
+class LockstepEnv(Protocol):
+    env_id: str
+    n_envs: int
+    horizon: int  # the most steps an episode takes: the time limit, or the harness's own cap
+
+    def reset(self, seeds: Sequence[int] | None = None) -> np.ndarray:
+        """float32 (n_envs, flattened observation size). `seeds` reseed each environment's
+        generator, as `env.reset(seed=s)` does; None continues each one, as `env.reset()` does."""
+        ...
+
+    def step(self, actions: np.ndarray) -> Step:
+        """Step every environment whose episode is running with its row of `actions`.
+
+        obs float32 (n, size), rewards float64 (n,), terminated and truncated bool (n,). An
+        ended episode's row repeats its last observation with reward 0 and keeps the flags it
+        ended with, so `terminated | truncated` says which episodes are over.
+        """
+        ...
+
+    def close(self) -> None: ...
