@@ -25,11 +25,12 @@ from harness.inference.timing import (
     timed_iterations,
 )
 from harness.outputs import Outputs
+from harness.policies import PolicySpec
 
 
 class BenchActor:
-    def __init__(self, kind: Kind, position: int, policies: list[str], threads: int) -> None:
-        self.runner = Runner(open_card(kind, card_id(kind, position)), policies, threads)
+    def __init__(self, kind: Kind, position: int, policies: list[PolicySpec], threads: int, precision: str) -> None:
+        self.runner = Runner(open_card(kind, card_id(kind, position), precision), policies, threads)
         self.device = self.runner.device
         self.holds_host_memory = self.device.simulated and keep_freed_host_memory()
         self._sync = partial(synchronize, self.device)
@@ -68,5 +69,5 @@ class BenchActor:
         calls, elapsed, cpu = run_for(body, self._sync, start_at, duration_s)
         return Throughput(calls, calls * len(obs[0]), elapsed, cpu)
 
-    def closed_loop(self, key: str, dtype: str, env_impl: str, n_envs: int, seed: int, duration_s: float) -> ClosedLoop:
-        return closed_loop(self.runner.policy(key, dtype), self.device, env_impl, n_envs, seed, duration_s)
+    def closed_loop(self, key: str, dtype: str, env_id: str, env_impl: str | None, n_envs: int, seed: int, duration_s: float) -> ClosedLoop:
+        return closed_loop(self.runner.policy(key, dtype), self.device, env_id, env_impl, n_envs, seed, duration_s)

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import ray
 
 from harness.devices import RAY_RESOURCE, Kind, open_card
-from harness.inference.faults import Fault, corrupt_first_layer, maybe_crash, perturb_one_weight
+from harness.inference.faults import Fault, inject, maybe_crash
 from harness.inference.runner import Runner
 from harness.outputs import EpisodeOutput, Outputs
-from harness.policies.base import PolicyNet
+from harness.policies import PolicySpec
 
 
 def card_id(kind: Kind, position: int) -> int:
@@ -26,34 +27,28 @@ class PolicyActor:
         self,
         kind: Kind,
         position: int,
-        policies: list[str],
+        policies: list[PolicySpec],
         threads: int,
+        precision: str,
         faults: list[Fault],
         crash_marker: str,
     ) -> None:
         self.position = position
         self.faults = faults
         self.crash_marker = Path(crash_marker)
-        self.runner = Runner(open_card(kind, card_id(kind, position)), policies, threads, prepare=self._inject)
+        card = open_card(kind, card_id(kind, position), precision)
+        self.runner = Runner(card, policies, threads, prepare=partial(inject, faults=faults))
 
     def describe(self) -> dict[str, object]:
         return describe_runner(self.runner) | {"position": self.position, "faults": [str(f) for f in self.faults]}
-
-    def _inject(self, policy: PolicyNet) -> PolicyNet:
-        kinds = {f.kind for f in self.faults}
-        if "perturb-weight" in kinds:
-            perturb_one_weight(policy)
-        if "corrupt-weight" in kinds:
-            corrupt_first_layer(policy)
-        return policy
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
         maybe_crash(self.faults, self.crash_marker)
         return self.runner.run_batch(key, dtype, obs, noise)
 
-    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool) -> list[EpisodeOutput]:
+    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str) -> list[EpisodeOutput]:
         maybe_crash(self.faults, self.crash_marker)
-        return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic)
+        return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic, batching)
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         return self.runner.capture(key, dtype, obs)

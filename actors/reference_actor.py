@@ -1,6 +1,10 @@
-"""ReferenceActor: the CPU in float32 with torch, and onnxruntime where a policy came as ONNX."""
+"""ReferenceActor: the CPU, computing every batch several ways for the judge: the float64 golden,
+float32, and each card's dtype; and onnxruntime on the original file where a policy came as ONNX."""
 
 from __future__ import annotations
+
+import time
+from collections import defaultdict
 
 import numpy as np
 
@@ -8,40 +12,38 @@ from actors.policy_actor import describe_runner
 from harness.devices import cpu_reference
 from harness.inference.runner import Runner
 from harness.outputs import EpisodeOutput, Outputs
-
-# ONNX output names (ML-Agents export, harness export) -> the harness's output names.
-ONNX_OUTPUTS = {"deterministic_continuous_actions": "action", "deterministic_actions": "action", "logits": "logits"}
-
+from harness.policies import PolicySpec
+from harness.policies.onnx_any import OnnxReference, onnx_reference
 
 class ReferenceActor:
-    def __init__(self, policies: list[str], threads: int) -> None:
+    def __init__(self, policies: list[PolicySpec], threads: int) -> None:
         self.runner = Runner(cpu_reference(), policies, threads)
-        self._sessions: dict[str, object] = {}
+        self._onnx: dict[str, OnnxReference] = {}
+        # Seconds spent per dtype: what the golden and the same-dtype runs cost a sweep.
+        self._seconds: dict[str, float] = defaultdict(float)
 
     def describe(self) -> dict[str, object]:
         return describe_runner(self.runner)
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
-        return self.runner.run_batch(key, dtype, obs, noise)
+        """`dtype` is a card's (float32, float16, bfloat16, float32-tf32, ...) or the golden's float64."""
+        start = time.perf_counter()
+        try:
+            return self.runner.run_batch(key, dtype, obs, noise)
+        finally:
+            self._seconds[dtype] += time.perf_counter() - start
 
-    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool) -> list[EpisodeOutput]:
-        return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic)
+    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str) -> list[EpisodeOutput]:
+        return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic, batching)
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         return self.runner.capture(key, dtype, obs)
 
+    def compute_seconds(self) -> dict[str, float]:
+        return dict(self._seconds)
+
     def run_onnx(self, key: str, obs: tuple[np.ndarray, ...]) -> Outputs:
         """onnxruntime on the original file: an implementation independent of the torch rebuild."""
-        import onnxruntime as ort
-
-        if key not in self._sessions:
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = self.runner.threads
-            options.inter_op_num_threads = 1
-            path = self.runner.float32[key].info.onnx_path
-            self._sessions[key] = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
-        session = self._sessions[key]
-        names = [i.name for i in session.get_inputs()]
-        wanted = [o.name for o in session.get_outputs() if o.name in ONNX_OUTPUTS]
-        values = session.run(wanted, dict(zip(names, obs)))
-        return {ONNX_OUTPUTS[name]: np.asarray(v) for name, v in zip(wanted, values)}
+        if key not in self._onnx:
+            self._onnx[key] = onnx_reference(self.runner.float32[key].info, self.runner.threads)
+        return self._onnx[key].run(obs)

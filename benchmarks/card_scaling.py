@@ -18,7 +18,7 @@ import statistics
 from tqdm import tqdm
 
 from benchmarks import Comparison
-from harness.policies import load_policy
+from harness.policies import PolicySpec, load_policy
 from harness.run.bench import Work, bench_cards, measure_scaling
 from harness.workloads import make_batch
 
@@ -31,7 +31,7 @@ TARGET = 0.85
 def run() -> Comparison:
     policies = {name: load_policy(name) for name in LARGE}
     work = [Work(name, "float32", make_batch(policies[name].info, "normal", size, 0)) for name, sizes in LARGE.items() for size in sizes]
-    with bench_cards(None, "cpu", 2, policies, threads=1) as cards:
+    with bench_cards(None, "cpu", 2, [PolicySpec(name) for name in LARGE], policies, threads=1) as cards:
         repeats = [measure_scaling(cards, [1, 2], work, WINDOW_S, tqdm(disable=True)) for _ in range(REPEATS)]
     measured, efficiencies = {}, []
     for i, w in enumerate(work):

@@ -20,7 +20,7 @@ import torch
 
 from benchmarks import Comparison
 from harness.envs.cartpole import ENV_ID, HORIZON
-from harness.policies import load_policy
+from harness.policies import PolicySpec, load_policy
 from harness.run.bench import bench_cards
 
 EPISODES = 256
@@ -64,12 +64,12 @@ def run() -> Comparison:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # gymnasium's Box precision notes, once per environment
         sb3_rate, sb3_returns, sb3_actions = sb3_evaluate()
-        with bench_cards(None, "cpu", 1, {"cartpole": load_policy("cartpole")}, threads=1) as cards:
+        with bench_cards(None, "cpu", 1, [PolicySpec("cartpole")], {"cartpole": load_policy("cartpole")}, threads=1) as cards:
             actor = cards[0].actor
-            runs = ray.get([actor.closed_loop.remote("cartpole", "float32", "numpy", EPISODES, 0, 0.0) for _ in range(HARNESS_REPEATS)])
-            seals_run = ray.get(actor.closed_loop.remote("cartpole", "float32", "gymnasium", EPISODES, 0, 0.0))
+            runs = ray.get([actor.closed_loop.remote("cartpole", "float32", ENV_ID, "numpy", EPISODES, 0, 0.0) for _ in range(HARNESS_REPEATS)])
+            seals_run = ray.get(actor.closed_loop.remote("cartpole", "float32", ENV_ID, "gymnasium", EPISODES, 0, 0.0))
     harness_rate = statistics.median(r.decisions_per_s for r in runs)
-    same = all(np.array_equal(r.returns, sb3_returns) and np.array_equal(r.first_actions, sb3_actions) for r in [*runs, seals_run])
+    same = all(np.array_equal(r.returns, sb3_returns) and np.array_equal(np.stack([e.actions for e in r.first_round]), sb3_actions) for r in [*runs, seals_run])
     return Comparison(
         name=f"closed-loop cartpole, {EPISODES} seeded episodes: harness (1 card) vs SB3 evaluate_policy ({SB3_ENVS} envs)",
         measured={

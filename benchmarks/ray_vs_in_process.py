@@ -23,7 +23,7 @@ import numpy as np
 import ray
 
 from benchmarks import Comparison
-from harness.policies import load_policy
+from harness.policies import PolicySpec, load_policy
 from harness.run.bench import bench_cards
 from harness.workloads import ObsBatch, make_batch
 
@@ -74,7 +74,7 @@ def run() -> Comparison:
     plain_rates, ray_rates, identical = [], [], True
     with (
         multiprocessing.get_context("spawn").Pool(1, initializer=_start_plain_process) as plain,
-        bench_cards(None, "cpu", 1, {"cartpole": load_policy("cartpole")}, threads=1) as cards,
+        bench_cards(None, "cpu", 1, [PolicySpec("cartpole")], {"cartpole": load_policy("cartpole")}, threads=1) as cards,
     ):
         actor = cards[0].actor
         for _ in range(WARMUP_ROUNDS):  # both sides until their heaps hold a round's activations

@@ -48,9 +48,11 @@ def make_batch(
     size: int,
     seed: int,
     clamp_bounds: tuple[np.ndarray, np.ndarray] | None = None,
+    clamp: float = NORMALIZER_CLAMP,
 ) -> ObsBatch:
-    """Observations for `info`'s inputs. `clamp_bounds` (mean -/+ 5 std of the normalizer) lets
-    `edge` put values exactly on the clamp and far beyond it; without it `edge` uses the bounds."""
+    """Observations for `info`'s inputs. `clamp_bounds` (mean -/+ `clamp` std of the normalizer)
+    lets `edge` put values exactly on the clamp and far beyond it; without it `edge` uses the
+    observation bounds, read as if they were 5 std out."""
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r}; known: {', '.join(DISTRIBUTIONS)}")
     rng = np.random.default_rng([seed, size, DISTRIBUTIONS.index(distribution)])
@@ -61,7 +63,7 @@ def make_batch(
         low, high = _finite_bounds(info)
         flat = rng.uniform(low, high, (size, width)).astype(np.float32)
     else:
-        flat = _edge_rows(info, size, clamp_bounds, rng)
+        flat = _edge_rows(info, size, clamp_bounds, clamp, rng)
     split = np.cumsum(info.obs_sizes)[:-1]
     obs = tuple(np.ascontiguousarray(part) for part in np.split(flat, split, axis=1))
     noise = make_noise(info, size, rng)
@@ -102,6 +104,7 @@ def _edge_rows(
     info: PolicyInfo,
     size: int,
     clamp_bounds: tuple[np.ndarray, np.ndarray] | None,
+    clamp: float,
     rng: np.random.Generator,
 ) -> np.ndarray:
     """Zeros, the clamp (or space) bounds, values far beyond them, and a random mix of those."""
@@ -110,7 +113,7 @@ def _edge_rows(
     else:
         low, high = _finite_bounds(info)
     centre, half = (low + high) / 2, (high - low) / 2
-    far = FAR_SIGMAS * half / NORMALIZER_CLAMP
+    far = FAR_SIGMAS * half / clamp
     rows = np.stack([np.zeros_like(low), low, high, centre - far, centre + far])
     mixed = rows[rng.integers(0, len(rows), (max(size - len(rows), 0), low.size)), np.arange(low.size)]
     return np.concatenate([rows, mixed])[:size].astype(np.float32)

@@ -25,6 +25,14 @@ CASES = REPO.parent / "shared" / "cases"
 SESSION_CARDS = 4
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread() -> None:
+    """The test process computes beside the Ray actors it starts, on 2 cores: one thread each."""
+    import torch
+
+    torch.set_num_threads(1)
+
+
 @pytest.fixture(scope="session")
 def cases() -> Path:
     if not CASES.is_dir():

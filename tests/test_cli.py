@@ -95,7 +95,7 @@ def test_npu_asked_for_where_there_is_none_is_exit_2(tmp_path: Path) -> None:
     "args, message",
     [
         (["--batch-sizes", "0"], "--batch-sizes"),
-        (["--env-impl", "gym"], "--env-impl 'gym' is not one of numpy, gymnasium"),
+        (["--env-impl", "gym"], "--env-impl 'gym' is not one of auto, numpy, gymnasium"),
         (["--card-counts", "two"], "comma-separated list of int"),
         (["--card-counts", "1,4", "--cards", "2"], "more than --cards 2"),
         (["--duration", "-1"], "--duration"),

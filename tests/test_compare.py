@@ -10,9 +10,7 @@ import numpy as np
 import pytest
 
 from harness.judge.compare import (
-    REL_FLOOR,
     TOLERANCES,
-    ULP_NAN,
     Comparison,
     Tolerance,
     compare_bitwise,
@@ -20,6 +18,7 @@ from harness.judge.compare import (
     compare_tolerance,
     ulp_distance,
 )
+from harness.judge.numerics import REL_FLOOR, ULP_NAN
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = [np.dtype(np.float32), np.dtype(np.float16), BF16]
@@ -309,7 +308,7 @@ def test_empty_arrays_are_clean():
         assert c.passed and c.n_elements == 0 and c.max_abs == 0.0 and c.cosine == 1.0 and c.detail == ""
     actions = np.zeros(0, np.int64)
     c = compare_decisions(actions, actions, np.zeros((0, 2), np.float32), 0.01)
-    assert c.passed and c.n_elements == 0 and c.cosine == 1.0
+    assert c.passed and c.n_elements == 0 and c.n_flips == 0 and c.max_flip_margin is None
 
 
 @pytest.mark.parametrize(
@@ -355,30 +354,41 @@ REF_ACTIONS = np.array([0, 0, 1, 0])
 
 def test_identical_decisions_pass():
     c = compare_decisions(REF_ACTIONS.copy(), REF_ACTIONS, LOGITS, 0.01)
-    assert c.passed and c.bitwise_equal and c.n_mismatch == 0 and c.max_abs == 0.0 and c.cosine == 1.0
-    assert c.detail == "" and c.atol == 0.01
+    assert c.passed and c.bitwise_equal and c.n_flips == 0 and c.n_near_ties == 0
+    assert c.detail == "" and c.max_flip_margin is None and c.flip_margin_limit is None
 
 
 def test_near_tie_flips_are_reported_but_pass():
     actions = np.array([0, 1, 1, 1])  # rows 1 and 3 are (near) ties
     c = compare_decisions(actions, REF_ACTIONS, LOGITS, 0.01)
-    assert c.passed and not c.bitwise_equal and c.n_mismatch == 2
-    assert c.detail.startswith("2 near-tie flips within margin 0.01, first at [1]: action 1, reference 0")
-    assert c.max_abs == pytest.approx(0.001, rel=1e-3) and c.cosine == 0.5
+    assert c.passed and not c.bitwise_equal and (c.n_flips, c.n_near_ties) == (2, 2)
+    assert c.detail.startswith("2 near-tie flips within their margin limit, first at [1]: action 1, reference 0")
+    # The pair that re-judges the row: the flip nearest to failing, and its limit.
+    assert c.max_flip_margin == pytest.approx(0.001, rel=1e-3) and c.flip_margin_limit == 0.01
     # the failing side: the same flips under a tighter margin
     tight = compare_decisions(actions, REF_ACTIONS, LOGITS, 1e-4)
-    assert not tight.passed and tight.detail.startswith("1 of 4 decisions flipped beyond margin 0.0001, first at [1]")
+    assert not tight.passed and tight.detail.startswith("1 of 4 decisions flipped beyond their margin limit, first at [1]")
     assert "1 near-tie flips" in tight.detail  # the exact tie in row 3 is still only a near-tie
+    assert not tight.max_flip_margin <= tight.flip_margin_limit
+
+
+def test_each_decision_has_its_own_margin_limit():
+    actions = np.array([0, 1, 1, 1])
+    limits = np.array([0.0, 1e-4, 0.0, 0.0])  # row 1's flip (margin 0.001) is beyond its own limit
+    c = compare_decisions(actions, REF_ACTIONS, LOGITS, limits)
+    assert not c.passed and (c.n_flips, c.n_near_ties) == (2, 1)
+    assert c.flip_margin_limit == pytest.approx(1e-4) and c.max_flip_margin == pytest.approx(0.001, rel=1e-3)
+    assert compare_decisions(actions, REF_ACTIONS, LOGITS, np.array([0.0, 0.002, 0.0, 0.0])).passed
 
 
 def test_hard_flips_fail():
     actions = np.array([1, 0, 1, 0])  # row 0 flips against a margin of 2
     c = compare_decisions(actions, REF_ACTIONS, LOGITS, 0.01)
-    assert not c.passed and c.n_mismatch == 1 and c.max_abs == 2.0 and c.max_ulp == 1
+    assert not c.passed and (c.n_flips, c.n_near_ties) == (1, 0) and c.max_flip_margin == 2.0
     assert c.detail == (
-        "1 of 4 decisions flipped beyond margin 0.01, first at [0]: action 1, reference 0 (reference margin 2)"
+        "1 of 4 decisions flipped beyond their margin limit, first at [0]: action 1, reference 0 (reference margin 2, limit 0.01)"
     )
-    assert compare_decisions(actions, REF_ACTIONS, LOGITS, 2.0).passed  # margin_tol is inclusive
+    assert compare_decisions(actions, REF_ACTIONS, LOGITS, 2.0).passed  # the limit is inclusive
 
 
 def test_decisions_over_a_batch_of_environments():
@@ -388,30 +398,30 @@ def test_decisions_over_a_batch_of_environments():
     actions = ref.copy()
     actions[1, 0] = 3
     c = compare_decisions(actions, ref, logits, 0.5)
-    assert not c.passed and c.detail.endswith("first at [1, 0]: action 3, reference 2 (reference margin 1)")
+    assert not c.passed and c.detail.endswith("first at [1, 0]: action 3, reference 2 (reference margin 1, limit 0.5)")
 
 
 def test_out_of_range_actions_fail_and_bad_references_are_refused():
     c = compare_decisions(np.array([0, 7, 1, 0]), REF_ACTIONS, LOGITS, 0.01)
-    assert not c.passed and c.max_abs == np.inf
+    assert not c.passed and c.max_flip_margin == np.inf
     assert c.detail == "actions out of range [0, 2) (1 of 4, first at [1]: action 7)"
     with pytest.raises(ValueError, match="ref_actions"):
         compare_decisions(REF_ACTIONS, np.array([0, 0, 2, 0]), LOGITS, 0.01)
-    with pytest.raises(ValueError, match="ref_logits"):
+    with pytest.raises(ValueError, match="ref_scores"):
         compare_decisions(REF_ACTIONS, REF_ACTIONS, LOGITS[:3], 0.01)
     with pytest.raises(ValueError, match="integer"):
         compare_decisions(REF_ACTIONS.astype(np.float32), REF_ACTIONS.astype(np.float32), LOGITS, 0.01)
     with pytest.raises(ValueError, match="float"):
         compare_decisions(REF_ACTIONS, REF_ACTIONS, LOGITS.astype(np.int64), 0.01)
-    with pytest.raises(ValueError, match="margin_tol"):
+    with pytest.raises(ValueError, match="margin_limit"):
         compare_decisions(REF_ACTIONS, REF_ACTIONS, LOGITS, -1.0)
 
 
-def test_nonfinite_reference_logits_fail():
+def test_nonfinite_reference_scores_fail():
     logits = LOGITS.copy()
     logits[2, 0] = np.nan
     c = compare_decisions(REF_ACTIONS.copy(), REF_ACTIONS, logits, 0.01)
-    assert not c.passed and c.detail == "nan in reference logits (1 of 8, first at [2, 0])"
+    assert not c.passed and c.detail == "nan in reference scores (1 of 8, first at [2, 0])"
     # a flip against a NaN row is never a quiet near-tie
     flipped = compare_decisions(np.array([0, 0, 0, 0]), REF_ACTIONS, logits, 0.01)
-    assert "decisions flipped beyond margin" in flipped.detail
+    assert "decisions flipped beyond their margin limit" in flipped.detail

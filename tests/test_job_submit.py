@@ -32,5 +32,5 @@ def test_ray_job_submit_runs_the_sweep(ray_head: Head, tmp_path: Path) -> None:
     [run] = read_table(results, "runs").to_pylist()
     assert run["status"] == "passed" and run["n_cards"] == 2
     assert "jobs/sweep.py" in run["command"]
-    checks = read_table(results, "checks")
-    assert checks.num_rows > 0 and all(checks.column("passed").to_pylist())
+    checks = read_table(results, "checks").to_pylist()
+    assert checks and all(r["passed"] for r in checks if r["gating"])

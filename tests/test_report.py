@@ -45,7 +45,7 @@ def bench_rows(scale: float) -> list:
 @pytest.fixture(scope="module")
 def results(shared_sweeps: SharedSweeps, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shared sweeps, copied so that the bench rows added here stay out of test_query's view."""
-    clean_run(shared_sweeps)
+    clean_run(shared_sweeps, cases)
     shared = faults_run(shared_sweeps, cases)
     mine = tmp_path_factory.mktemp("report") / "results"
     shutil.copytree(shared, mine, ignore=shutil.ignore_patterns(".staging"))
@@ -103,12 +103,15 @@ def test_terminal_report_of_the_latest_run(results: Path) -> None:
     assert out.startswith(f"run {FAULTY}: FAILED")
     assert "card1:perturb-weight,card2:mkl-avx2,card3:corrupt-weight" in out
     verdicts = out.split("Verdict per policy and dtype")[1].split("Failed checks")[0]
-    assert "FAIL" in verdicts and "cpu_reference" in verdicts
-    failed = out.split("Failed checks")[1].split("Precision")[0]
+    assert "FAIL" in verdicts and "cpu_reference" in verdicts and "decisions" in verdicts
+    failed = out.split("Failed checks")[1].split("Properties of the cards")[0]
     assert "cross_card" in failed and "sim-cpu1 vs sim-cpu0" in failed and "first mismatch at [" in failed
-    precision = out.split("Precision against the CPU")[1].split("Benchmarks")[0]
-    assert "cosine (min)" in precision and "max_abs (max)" in precision
-    assert {"float32", "bfloat16"} <= set(precision.split()) and "logits" in precision
+    assert "first layer off the golden" in failed
+    properties = out.split("Properties of the cards")[1].split("Is the port right")[0]
+    assert "batch invariance: sim-cpu0" in properties
+    precision = out.split("Is the port right")[1].split("Benchmarks")[0]
+    assert "error_ratio (max)" in precision and "limit (min)" in precision and "max_abs vs golden (max)" in precision
+    assert "float32" in precision.split() and "logits" in precision and "mu" in precision
 
 
 @pytest.mark.slow
@@ -119,7 +122,7 @@ def test_html_page_with_tables_and_plots(results: Path, tmp_path: Path) -> None:
     page = parse_page(tmp_path / "report.html")
     headers = [set(t) for t in page.tables]
     assert any({"policy", "dtype", "check", "verdict"} <= h for h in headers)
-    assert any({"cosine (min)", "max_abs (max)", "verdict"} <= h for h in headers)
+    assert any({"error_ratio (max)", "max_ratio (max)", "verdict"} <= h for h in headers)
     assert any({"p50 ms", "decisions/s"} <= h for h in headers)
     assert sorted(page.images) == ["errors.png", "latency.png", "throughput.png"]
     for image in page.images:
@@ -175,12 +178,12 @@ def test_unknown_run_id_lists_the_latest(results: Path) -> None:
     assert_usage_error(proc, "unknown run id 'no-such-run'", FAULTY, CLEAN)
 
 
-def check_row(passed: bool, max_abs: float) -> CheckRow:
+def check_row(passed: bool, max_abs: float, gating: bool = True) -> CheckRow:
     return CheckRow(
-        unit_id="u1", policy="cartpole", dtype="bfloat16", workload="normal-b8-s0", output="logits", kind="cpu_reference",
-        device_a="npu1", device_b="cpu", input_sha256="ab" * 32, bitwise_equal=False, n_elements=16, n_mismatch=3, max_ulp=9,
-        max_abs=max_abs, mean_abs=max_abs / 4, max_rel=0.01, cosine=0.99999, atol=0.05, rtol=0.02, min_cos=0.999, passed=passed,
-        detail="" if passed else "max_abs 3 > 0.05 + 0.02 * 2.1",
+        unit_id="u1", policy="cartpole", dtype="bfloat16", workload="normal-b8-s0", output="logits", kind="tolerance",
+        device_a="npu1", device_b="cpu", input_sha256="ab" * 32, gating=gating, passed=passed, bitwise_equal=False, n_elements=16,
+        n_mismatch=3, max_ulp=9, max_abs=max_abs, mean_abs=max_abs / 4, max_rel=0.01, cosine=0.99999, ref_max_abs=2.1, atol=0.05,
+        rtol=0.02, min_cos=0.999, detail="" if passed else "max_abs 3 > 0.05 + 0.02 * 2.1",
     )
 
 

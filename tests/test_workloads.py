@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from harness.run.options import SweepConfig
-from harness.run.plan import plan_units
+from harness.run.plan import plan_batches, plan_inputs, plan_units
 from harness.policies import load_policy
 from harness.workloads import batch_sha256, make_batch
 
@@ -31,8 +31,7 @@ def test_uniform_stays_inside_finite_bounds() -> None:
 
 def test_edge_batch_hits_the_normalizer_clamp_exactly_and_goes_far_beyond() -> None:
     policy = load_policy("huggy-arch")
-    units = plan_units(SweepConfig(policies=["huggy-arch"], dtypes=["float32"]), {"huggy-arch": policy})
-    edge = next(u.work.batch for u in units if u.workload.startswith("edge"))
+    edge = next(b for b in plan_batches(SweepConfig(policies=["huggy-arch"]), policy) if b.distribution == "edge")
     normalized = policy.normalizer(torch.from_numpy(edge.obs[0])).numpy()
     assert np.all(normalized[0] == np.clip(-policy.normalizer.running_mean.numpy() / policy.normalizer.std().numpy(), -5, 5))
     assert np.allclose(normalized[1], -5.0, atol=1e-4) and np.allclose(normalized[2], 5.0, atol=1e-4)
@@ -50,6 +49,20 @@ def test_discrete_noise_is_gumbel_and_samples_the_softmax() -> None:
 def test_unit_ids_are_stable_and_distinct() -> None:
     policies = {"cartpole": load_policy("cartpole")}
     config = SweepConfig(policies=["cartpole"], dtypes=["float32", "bfloat16"], episodes=2)
-    ids = [u.unit_id for u in plan_units(config, policies)]
-    assert ids == [u.unit_id for u in plan_units(config, policies)]
+    inputs = {"cartpole": plan_inputs(config, policies["cartpole"])}
+    labels = {"float32": "float32", "bfloat16": "bfloat16"}
+    units = plan_units(config, policies, inputs, labels)
+    ids = [u.unit_id for u in units]
+    assert ids == [u.unit_id for u in plan_units(config, policies, plan_inputs_again(config, policies), labels)]
     assert len(set(ids)) == len(ids)
+    # float32 on cards that reduce their matmuls (TF32) is another unit than float32
+    tf32 = plan_units(config, policies, inputs, {"float32": "float32-tf32", "bfloat16": "bfloat16"})
+    changed = {u.workload for u, v in zip(units, tf32) if u.unit_id != v.unit_id}
+    assert {u.dtype for u in tf32} == {"float32-tf32", "bfloat16"} and changed
+    assert all(u.unit_id == v.unit_id for u, v in zip(units, tf32) if u.dtype == "bfloat16")
+    kinds = {type(u.work).__name__ for u in units}
+    assert kinds == {"BatchWork", "InvarianceWork", "EpisodeWork"}
+
+
+def plan_inputs_again(config: SweepConfig, policies: dict) -> dict:
+    return {key: plan_inputs(config, policy) for key, policy in policies.items()}

@@ -1,25 +1,20 @@
-"""The judge: compare policy outputs bit for bit, within tolerance, and decision by decision.
+"""Comparison functions: bit for bit, within a tolerance, and decision by decision.
 
 Pure numpy, no torch and no Ray, so results can be judged anywhere, again, under new thresholds.
-Every function returns a `Comparison` that keeps what was measured (n_mismatch, max_ulp,
-max_abs, mean_abs, max_rel, cosine) apart from the thresholds it was judged by (atol, rtol,
-min_cos), as Polygraphy does: a `checks` row can be re-judged with SQL without rerunning a card.
-
-The three checks:
+Each function returns a record that keeps what was measured apart from the thresholds it was
+judged by, as Polygraphy does: a `checks` row can be re-judged with SQL without rerunning a card.
 
 - `compare_bitwise`: two cards must agree bit for bit. ULP distances are counted on a monotonic
   integer line (see `ulp_distance`), so neighbours across zero are 1 or 2 apart and -0.0/+0.0 are
   0 apart yet still a reported mismatch.
-- `compare_tolerance`: a card against the CPU reference. Passes when
+- `compare_tolerance`: an output against a reference within a fixed tolerance:
   ``max_abs <= atol + rtol * max|reference|`` (the CartPole port's rule) and
   ``cosine >= min_cos`` (the Huggy port's rule); any NaN or inf fails with that reason.
 - `compare_decisions`: discrete actions against the reference's. A flip whose reference margin
-  (top-1 logit minus the logit of the action taken) exceeds the margin tolerance fails; flips
-  inside it are near-ties, reported but passed.
+  (top-1 score minus the score of the action taken) exceeds its limit fails; flips inside it are
+  near-ties, reported but passed.
 
-Measured metrics follow one convention so that SQL over `checks` stays conservative: a NaN
-among the compared values makes max_abs, mean_abs, max_rel and cosine NaN (and DuckDB orders NaN above every
-number, so ``max_abs <= x`` is false for it).
+Whether a port is right is judged against a float64 golden instead: harness/judge/golden.py.
 """
 
 from __future__ import annotations
@@ -29,17 +24,21 @@ from typing import Final
 
 import numpy as np
 
-ULP_NAN: Final[int] = int(np.iinfo(np.int64).max)
-"""ULP distance reported when exactly one side is NaN, or both are NaNs with different bits.
-
-It doubles as the ceiling of saturated distances: only float64 values of opposite sign near the
-ends of the range, or int64 extremes, are that far apart.
-"""
-
-REL_FLOOR: Final[float] = 1e-3
-"""max_rel divides by max(|reference|, REL_FLOOR * max|reference|): an element far below the
-array's own scale (a logit that happens to be 1e-9) is judged against 0.1% of that scale
-instead of reporting a relative error of millions."""
+from harness.judge.numerics import (
+    Measures,
+    as_float64,
+    bits_dtype,
+    check_pair,
+    first_index,
+    format_index,
+    format_value,
+    max_abs_value,
+    max_int,
+    measure,
+    nonfinite_reasons,
+    same_bits,
+    ulp_distances,
+)
 
 
 @dataclass(frozen=True)
@@ -64,7 +63,9 @@ TOLERANCES: Final[dict[str, Tolerance]] = {
     "float16": Tolerance(atol=1e-2, rtol=1e-3, min_cos=0.9999),
     "bfloat16": Tolerance(atol=5e-2, rtol=2e-2, min_cos=0.999),
 }
-"""Default tolerance per compute dtype of the card, against the CPU float32 reference.
+"""Default tolerance per compute dtype of the card, against the CPU float32 reference. The
+`tolerance` check reports it on every floating output; it gates where an output is declared
+bounded or the user sets `--tolerance` (see harness/judge/verdicts.py).
 
 Observed on Ascend 910B against CPU float32 (Huggy outputs lie in [-1, 1], so the bound is read
 at max|reference| = 1; CartPole logits are larger and the rtol term grows with them):
@@ -95,7 +96,8 @@ Why these numbers:
 
 @dataclass(frozen=True)
 class Comparison:
-    """One verdict with its measurements; the fields map one to one onto a `checks` row."""
+    """Two outputs compared element by element: bit for bit, or within a tolerance. The field
+    names are `checks` columns; a row is built from them by name."""
 
     passed: bool
     bitwise_equal: bool
@@ -110,12 +112,32 @@ class Comparison:
     """Largest |a - r| / max(|r|, REL_FLOOR * max|r|)."""
     cosine: float
     """Over the flattened arrays; 1.0 when both are zero, 0.0 when only one is."""
+    ref_max_abs: float | None
+    """max|reference|, the scale the tolerance bound is read at; None for a bitwise check."""
     atol: float | None
     """The thresholds the verdict used; None where the check has none (bitwise)."""
     rtol: float | None
     min_cos: float | None
     detail: str
     """The first mismatch or the failing reasons, "; "-separated; "" when clean."""
+
+
+@dataclass(frozen=True)
+class DecisionComparison:
+    """Discrete actions against the reference's decisions."""
+
+    passed: bool
+    bitwise_equal: bool
+    n_elements: int
+    n_flips: int
+    """Decisions that differ from the reference's."""
+    n_near_ties: int
+    """Flips whose reference margin lies within its limit: reported, passed."""
+    max_flip_margin: float | None
+    """The reference margin of the flip nearest to failing (largest margin over its limit); None without flips."""
+    flip_margin_limit: float | None
+    """That flip's limit: the row passes when max_flip_margin <= flip_margin_limit."""
+    detail: str
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -128,42 +150,44 @@ def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     Integer arrays (actions) give the absolute difference. Distances saturate at `ULP_NAN`.
     """
     a, b = np.asarray(a), np.asarray(b)
-    _check_pair(a, b)
-    return _ulp_distance(a, b)
+    check_pair(a, b)
+    return ulp_distances(a, b)
 
 
 def compare_bitwise(a: np.ndarray, b: np.ndarray) -> Comparison:
     """Two outputs that must be identical (two cards, same input): passes only when bitwise equal."""
     a, b = np.asarray(a), np.asarray(b)
-    _check_pair(a, b)
-    same = _same_bits(a, b)
-    ulp = _ulp_distance(a, b)
+    check_pair(a, b)
+    same = same_bits(a, b)
+    ulp = ulp_distances(a, b)
     equal = bool(same.all())
     detail = "" if equal else _first_mismatch(a, b, same, ulp)
-    return _comparison(a, same, ulp, _measure(_as_float64(a), _as_float64(b)), None, equal, detail)
+    m = measure(as_float64(a), as_float64(b))
+    return _comparison(a, same, ulp, m, None, None, equal, detail)
 
 
 def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Comparison:
-    """A card's output against the reference: within `tol`, and free of NaN and inf."""
+    """An output against a reference: within `tol`, and free of NaN and inf."""
     actual, reference = np.asarray(actual), np.asarray(reference)
-    _check_pair(actual, reference)
-    same = _same_bits(actual, reference)
-    act64, ref64 = _as_float64(actual), _as_float64(reference)
-    m = _measure(act64, ref64)
+    check_pair(actual, reference)
+    same = same_bits(actual, reference)
+    act64, ref64 = as_float64(actual), as_float64(reference)
+    m = measure(act64, ref64)
+    scale = max_abs_value(ref64)
 
-    reasons = _nonfinite_reasons(act64, "output") + _nonfinite_reasons(ref64, "reference")
+    reasons = nonfinite_reasons(act64, "output") + nonfinite_reasons(ref64, "reference")
     if not reasons:
-        bound = tol.atol + tol.rtol * _max_abs_value(ref64)
+        bound = tol.atol + tol.rtol * scale
         if not m.max_abs <= bound:
             reasons.append(_max_abs_reason(actual, reference, m.max_abs, tol, bound))
         if not m.cosine >= tol.min_cos:
             reasons.append(f"cosine {m.cosine:.9g} < min_cos {tol.min_cos:g}")
 
-    return _comparison(actual, same, _ulp_distance(actual, reference), m, tol, not reasons, "; ".join(reasons))
+    return _comparison(actual, same, ulp_distances(actual, reference), m, tol, scale, not reasons, "; ".join(reasons))
 
 
 def _comparison(
-    a: np.ndarray, same: np.ndarray, ulp: np.ndarray, m: _Measures, tol: Tolerance | None, passed: bool, detail: str
+    a: np.ndarray, same: np.ndarray, ulp: np.ndarray, m: Measures, tol: Tolerance | None, scale: float | None, passed: bool, detail: str
 ) -> Comparison:
     """The record of a bitwise or tolerance verdict: what was measured next to what judged it."""
     return Comparison(
@@ -171,11 +195,12 @@ def _comparison(
         bitwise_equal=bool(same.all()),
         n_elements=int(a.size),
         n_mismatch=int(np.count_nonzero(~same)),
-        max_ulp=_max_int(ulp),
+        max_ulp=max_int(ulp),
         max_abs=m.max_abs,
         mean_abs=m.mean_abs,
         max_rel=m.max_rel,
         cosine=m.cosine,
+        ref_max_abs=scale,
         atol=tol.atol if tol else None,
         rtol=tol.rtol if tol else None,
         min_cos=tol.min_cos if tol else None,
@@ -184,219 +209,92 @@ def _comparison(
 
 
 def compare_decisions(
-    actions: np.ndarray, ref_actions: np.ndarray, ref_logits: np.ndarray, margin_tol: float
-) -> Comparison:
+    actions: np.ndarray, ref_actions: np.ndarray, ref_scores: np.ndarray, margin_limit: float | np.ndarray
+) -> DecisionComparison:
     """Discrete actions against the reference's, judged by how close the reference was to a tie.
 
-    `ref_logits` has the shape of `actions` plus one trailing axis of logits. A flip's margin is
-    the reference's top-1 logit minus its logit for the action the card took. Flips with a margin
-    above `margin_tol` fail; the rest are near-ties, reported in the detail but passed.
-
-    The measured columns keep their meaning as "error per element": max_abs and mean_abs are over
-    the margin of each decision (0 where the card agrees), max_rel divides that margin by the
-    top-1 logit as max_rel does elsewhere, and cosine is the share of agreeing decisions (the
-    cosine between the one-hot encodings). atol holds `margin_tol`, so ``max_abs <= atol``
-    re-judges the row.
+    `ref_scores` has the shape of `actions` plus one trailing axis: the reference's logits (plus
+    the Gumbel noise, for sampled actions). A flip's margin is the reference's top score minus
+    its score for the action the card took. Flips with a margin above `margin_limit` (one number,
+    or one per decision) fail; the rest are near-ties, reported in the detail but passed.
     """
-    actions, ref_actions, ref_logits = (np.asarray(x) for x in (actions, ref_actions, ref_logits))
-    _check_pair(actions, ref_actions)
+    actions, ref_actions, ref_scores = (np.asarray(x) for x in (actions, ref_actions, ref_scores))
+    check_pair(actions, ref_actions)
     if actions.dtype.kind not in "iu":
         raise ValueError(f"actions must be an integer array, got {actions.dtype}")
-    if ref_logits.shape[:-1] != actions.shape or ref_logits.ndim != actions.ndim + 1 or ref_logits.shape[-1] == 0:
+    if ref_scores.shape[:-1] != actions.shape or ref_scores.ndim != actions.ndim + 1 or ref_scores.shape[-1] == 0:
         raise ValueError(
-            f"ref_logits must have shape actions.shape + (n_actions,) = {actions.shape} + (k,), "
-            f"got {ref_logits.shape}"
+            f"ref_scores must have shape actions.shape + (n_actions,) = {actions.shape} + (k,), "
+            f"got {ref_scores.shape}"
         )
-    if _bits_dtype(ref_logits.dtype) is None:
-        raise ValueError(f"ref_logits must be a float array, got {ref_logits.dtype}")
-    if not margin_tol >= 0:
-        raise ValueError(f"margin_tol must be >= 0, got {margin_tol}")
-    logits = _as_float64(ref_logits)
-    n_actions = logits.shape[-1]
+    if bits_dtype(ref_scores.dtype) is None:
+        raise ValueError(f"ref_scores must be a float array, got {ref_scores.dtype}")
+    limit = np.broadcast_to(np.asarray(margin_limit, dtype=np.float64), actions.shape)
+    if not (limit >= 0).all():
+        raise ValueError(f"margin_limit must be >= 0, got {np.min(limit)}")
+    scores = as_float64(ref_scores)
+    n_actions = scores.shape[-1]
     ref_in_range = (ref_actions >= 0) & (ref_actions < n_actions)
     if not ref_in_range.all():
         raise ValueError(f"ref_actions must lie in [0, {n_actions}), got {ref_actions[~ref_in_range][0]}")
 
-    same = _same_bits(actions, ref_actions)
+    same = same_bits(actions, ref_actions)
     in_range = (actions >= 0) & (actions < n_actions)
-    taken = np.take_along_axis(logits, np.where(in_range, actions, 0)[..., None], axis=-1)[..., 0]
-    top = logits.max(axis=-1)
+    taken = np.take_along_axis(scores, np.where(in_range, actions, 0)[..., None], axis=-1)[..., 0]
     with np.errstate(invalid="ignore"):
         # An action the policy cannot have taken is as far from a tie as it gets.
-        margin = np.where(in_range, top - taken, np.inf)
-    error = np.where(same, 0.0, margin)
+        margin = np.where(in_range, scores.max(axis=-1) - taken, np.inf)
     # `not <=` so that a NaN margin is a hard flip, never a quiet near-tie.
-    hard = ~same & in_range & ~(margin <= margin_tol)
-    near_tie = ~same & in_range & ~hard
+    hard = ~same & ~(margin <= limit)
+    near_tie = ~same & ~hard
 
-    reasons = _nonfinite_reasons(logits, "reference logits")
+    reasons = nonfinite_reasons(scores, "reference scores")
     if not in_range.all():
-        idx = _first_index(~in_range)
+        idx = first_index(~in_range)
         reasons.append(
             f"actions out of range [0, {n_actions}) ({np.count_nonzero(~in_range)} of {actions.size}, "
-            f"first at {_format_index(idx)}: action {actions[idx]})"
+            f"first at {format_index(idx)}: action {actions[idx]})"
         )
-    if hard.any():
+    if (hard & in_range).any():
         reasons.append(
-            f"{np.count_nonzero(hard)} of {actions.size} decisions flipped beyond margin {margin_tol:g}, "
-            + _describe_flip(actions, ref_actions, margin, hard)
+            f"{np.count_nonzero(hard & in_range)} of {actions.size} decisions flipped beyond their margin limit, "
+            + _describe_flip(actions, ref_actions, margin, limit, hard & in_range)
         )
     notes = []
     if near_tie.any():
         notes.append(
-            f"{np.count_nonzero(near_tie)} near-tie flips within margin {margin_tol:g}, "
-            + _describe_flip(actions, ref_actions, margin, near_tie)
+            f"{np.count_nonzero(near_tie)} near-tie flips within their margin limit, "
+            + _describe_flip(actions, ref_actions, margin, limit, near_tie)
         )
-
-    n_flips = int(np.count_nonzero(~same))
-    return Comparison(
+    worst_margin, worst_limit = _nearest_to_failing(margin, limit, ~same)
+    return DecisionComparison(
         passed=not reasons,
-        bitwise_equal=n_flips == 0,
+        bitwise_equal=not (~same).any(),
         n_elements=int(actions.size),
-        n_mismatch=n_flips,
-        max_ulp=_max_int(_ulp_distance(actions, ref_actions)),
-        max_abs=_max_float(error),
-        mean_abs=float(error.mean()) if error.size else 0.0,
-        max_rel=_max_float(_relative(error, top)),
-        cosine=1.0 - n_flips / actions.size if actions.size else 1.0,
-        atol=float(margin_tol),
-        rtol=None,
-        min_cos=None,
+        n_flips=int(np.count_nonzero(~same)),
+        n_near_ties=int(np.count_nonzero(near_tie)),
+        max_flip_margin=worst_margin,
+        flip_margin_limit=worst_limit,
         detail="; ".join(reasons + notes),
     )
 
 
-# --- bits and ULPs ------------------------------------------------------------------------------
-
-
-def _check_pair(a: np.ndarray, b: np.ndarray) -> None:
-    # Comparing across shapes or dtypes is a harness bug, never a verdict: broadcasting or casting
-    # here would hide it.
-    if a.shape != b.shape:
-        raise ValueError(f"shape mismatch: {a.shape} vs {b.shape}")
-    if a.dtype != b.dtype:
-        raise ValueError(f"dtype mismatch: {a.dtype} vs {b.dtype}")
-    _bits_dtype(a.dtype)
-
-
-def _bits_dtype(dtype: np.dtype) -> np.dtype | None:
-    """The unsigned type holding a supported float's bits; None for integer and bool arrays."""
-    if dtype.kind in "biu":
-        return None
-    if dtype.isnative and dtype.type in (np.float16, np.float32, np.float64):
-        return np.dtype(f"u{dtype.itemsize}")
-    if dtype.name == "bfloat16":
-        # Only bfloat16 needs ml_dtypes, and it is already loaded by whoever made the array.
-        import ml_dtypes
-
-        if dtype == ml_dtypes.bfloat16:
-            return np.dtype(np.uint16)
-    raise ValueError(f"unsupported dtype {dtype}: expected float16, bfloat16, float32, float64 or integers")
-
-
-def _same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    bits = _bits_dtype(a.dtype)
-    if bits is None:
-        return a == b
-    return a.view(bits) == b.view(bits)
-
-
-def _ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    bits = _bits_dtype(a.dtype)
-    if bits is None:
-        wide = np.uint64 if a.dtype.kind == "u" else np.int64
-        return _saturating_abs_diff(a.astype(wide), b.astype(wide))
-    ua, ub = a.view(bits), b.view(bits)
-    sign = bits.type(1) << bits.type(8 * bits.itemsize - 1)
-    inf_bits = np.array(np.inf, dtype=a.dtype).view(bits)
-    mag_a, mag_b = ua & ~sign, ub & ~sign
-    dist = _saturating_abs_diff(_line(mag_a, ua & sign), _line(mag_b, ub & sign))
-    either_nan = (mag_a > inf_bits) | (mag_b > inf_bits)
-    return np.where(either_nan & (ua != ub), ULP_NAN, dist)
-
-
-def _line(magnitude: np.ndarray, sign: np.ndarray) -> np.ndarray:
-    """Position on the monotonic integer line: both zeros at 0, negatives mirrored below it."""
-    mag = magnitude.astype(np.int64)  # fits: the sign bit is already cleared
-    return np.where(sign != 0, -mag, mag)
-
-
-def _saturating_abs_diff(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """|x - y| as int64 without overflow, for int64 or uint64 inputs."""
-    hi, lo = np.maximum(x, y), np.minimum(x, y)
-    # Modulo 2**64 the unsigned difference is exact, and the true difference is below 2**64.
-    diff = hi.astype(np.uint64) - lo.astype(np.uint64)
-    return np.minimum(diff, np.uint64(ULP_NAN)).astype(np.int64)
-
-
-def _max_int(x: np.ndarray) -> int:
-    return int(x.max(initial=0))
-
-
-# --- measured errors ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Measures:
-    max_abs: float
-    mean_abs: float
-    max_rel: float
-    cosine: float
-
-
-def _as_float64(x: np.ndarray) -> np.ndarray:
-    return x.astype(np.float64)
-
-
-def _measure(actual: np.ndarray, reference: np.ndarray) -> _Measures:
-    with np.errstate(invalid="ignore", over="ignore"):
-        # Equal values have no error even when they are infinite (inf - inf would be NaN).
-        error = np.where(actual == reference, 0.0, np.abs(actual - reference))
-    return _Measures(
-        max_abs=_max_float(error),
-        mean_abs=float(error.mean()) if error.size else 0.0,
-        max_rel=_max_float(_relative(error, reference)),
-        cosine=_cosine(actual.ravel(), reference.ravel()),
-    )
-
-
-def _relative(error: np.ndarray, reference: np.ndarray) -> np.ndarray:
-    finite = np.abs(reference[np.isfinite(reference)])
-    floor = REL_FLOOR * finite.max(initial=0.0)
+def _nearest_to_failing(margin: np.ndarray, limit: np.ndarray, flipped: np.ndarray) -> tuple[float | None, float | None]:
+    """The flip with the largest margin over its limit, so that one pair re-judges the row."""
+    if not flipped.any():
+        return None, None
+    m, lim = margin[flipped], limit[flipped]
     with np.errstate(divide="ignore", invalid="ignore"):
-        # Only an all-zero reference leaves a zero denominator: any error is then infinitely relative.
-        return np.where(error == 0, 0.0, error / np.maximum(np.abs(reference), floor))
-
-
-def _cosine(x: np.ndarray, y: np.ndarray) -> float:
-    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        # Scaling each side by its largest magnitude first keeps huge values from overflowing
-        # the dot product; an inf or NaN leaves NaN, which fails every min_cos.
-        sx, sy = _max_float(np.abs(x)), _max_float(np.abs(y))
-        if sx == 0 and sy == 0:
-            return 1.0
-        if sx == 0 or sy == 0:
-            return 0.0
-        x, y = x / sx, y / sy
-        # One sqrt of the product, so identical arrays give exactly 1.0 (sqrt(fl(d * d)) == d).
-        cos = float(np.dot(x, y) / np.sqrt(np.dot(x, x) * np.dot(y, y)))
-    return min(1.0, max(-1.0, cos)) if np.isfinite(cos) else float("nan")
-
-
-def _max_float(x: np.ndarray) -> float:
-    # np.max propagates NaN, as the module docstring promises.
-    return float(x.max(initial=0.0))
-
-
-def _max_abs_value(x: np.ndarray) -> float:
-    return _max_float(np.abs(x))
+        over = np.where(m <= lim, np.where(lim > 0, m / lim, 0.0), np.inf)
+    worst = int(np.argmax(np.where(np.isnan(m), np.inf, over)))
+    return float(m[worst]), float(lim[worst])
 
 
 # --- details ------------------------------------------------------------------------------------
 
 
 def _first_mismatch(a: np.ndarray, b: np.ndarray, same: np.ndarray, ulp: np.ndarray) -> str:
-    idx = _first_index(~same)
+    idx = first_index(~same)
     signed_zeros = ~same & (ulp == 0)
     if signed_zeros[idx]:
         why = "sign of zero"
@@ -404,52 +302,29 @@ def _first_mismatch(a: np.ndarray, b: np.ndarray, same: np.ndarray, ulp: np.ndar
         why = "nan"
     else:
         why = f"{int(ulp[idx])} ulp"
-    text = f"first mismatch at {_format_index(idx)}: a={_format_value(a, idx)}, b={_format_value(b, idx)} ({why})"
+    text = f"first mismatch at {format_index(idx)}: a={format_value(a, idx)}, b={format_value(b, idx)} ({why})"
     n_signed_zeros, n_mismatch = int(np.count_nonzero(signed_zeros)), int(np.count_nonzero(~same))
     if n_signed_zeros and n_mismatch > 1:
         text += f"; {n_signed_zeros} of {n_mismatch} mismatches differ only in the sign of zero"
     return text
 
 
-def _nonfinite_reasons(x: np.ndarray, what: str) -> list[str]:
-    reasons = []
-    for name, mask in (("nan", np.isnan(x)), ("inf", np.isinf(x))):
-        if mask.any():
-            reasons.append(
-                f"{name} in {what} ({np.count_nonzero(mask)} of {x.size}, first at {_format_index(_first_index(mask))})"
-            )
-    return reasons
-
 
 def _max_abs_reason(actual: np.ndarray, reference: np.ndarray, max_abs: float, tol: Tolerance, bound: float) -> str:
     """Why max_abs failed, with the worst element shown in its own dtype's shortest form."""
-    act64, ref64 = _as_float64(actual), _as_float64(reference)
+    act64, ref64 = as_float64(actual), as_float64(reference)
     idx = np.unravel_index(int(np.argmax(np.abs(act64 - ref64))), actual.shape)
     return (
         f"max_abs {max_abs:.9g} > atol {tol.atol:g} + rtol {tol.rtol:g} * max|ref| "
-        f"{_max_abs_value(ref64):.9g} = {bound:.9g} at {_format_index(idx)}: "
+        f"{max_abs_value(ref64):.9g} = {bound:.9g} at {format_index(idx)}: "
         f"actual={actual[idx]!s}, reference={reference[idx]!s}"
     )
 
 
-def _describe_flip(actions: np.ndarray, ref_actions: np.ndarray, margin: np.ndarray, mask: np.ndarray) -> str:
-    idx = _first_index(mask)
+
+def _describe_flip(actions: np.ndarray, ref_actions: np.ndarray, margin: np.ndarray, limit: np.ndarray, mask: np.ndarray) -> str:
+    idx = first_index(mask)
     return (
-        f"first at {_format_index(idx)}: action {actions[idx]}, reference {ref_actions[idx]} "
-        f"(reference margin {margin[idx]:.6g})"
+        f"first at {format_index(idx)}: action {actions[idx]}, reference {ref_actions[idx]} "
+        f"(reference margin {margin[idx]:.6g}, limit {limit[idx]:.6g})"
     )
-
-
-def _first_index(mask: np.ndarray) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(mask)[0]), mask.shape))
-
-
-def _format_index(idx: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(i) for i in idx) + "]"
-
-
-def _format_value(x: np.ndarray, idx: tuple[int, ...]) -> str:
-    bits = _bits_dtype(x.dtype)
-    if bits is None:
-        return str(x[idx])
-    return f"{x[idx]!s} (0x{int(x.view(bits)[idx]):0{2 * bits.itemsize}x})"

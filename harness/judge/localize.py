@@ -1,13 +1,13 @@
 """Say where it broke: the first layer whose activations part, as msprobe's first-diverging-API
 analysis does on Ascend. The judging half, pure numpy: `harness.inference.capture` records every
-layer's output inside each actor; this walks two captures of the same input in execution order
-and returns the first layer that fails the check, with the measured comparison.
+layer's output inside each actor; this walks captures of the same input in execution order and
+returns the first layer that fails, with what was measured there.
 
 Two cards must agree bit for bit at every layer, so the first layer that differs is where they
-part. Against the CPU float32 reference a float16 or bfloat16 card drifts at every layer by
-design; the first layer beyond tolerance is reported together with each layer's error and its
-growth over the previous layer's, so a reader can tell a steady drift from one layer that blows
-up.
+part (`first_divergent_layer`). A card that fails the port rule is walked the same way against
+the golden: each layer's error against the float64 golden over the CPU's own error in the card's
+dtype (`first_layer_off_golden`), every layer's ratio reported with its growth over the previous
+one, so a reader can tell a steady drift from one layer that blows up.
 """
 
 from __future__ import annotations
@@ -17,18 +17,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.judge.compare import Comparison, Tolerance, compare_bitwise, compare_tolerance
+from harness.judge.compare import Comparison, compare_bitwise
+from harness.judge.golden import GoldenComparison, RatioLimits, compare_to_golden
+from harness.judge.numerics import as_float64, first_index, same_bits
 
 
 @dataclass(frozen=True)
-class LayerError:
-    """How far one layer of a card is from the reference, in the terms the tolerance rule uses."""
+class LayerRatio:
+    """One layer's error ratio against the golden (the port rule's larger ratio)."""
 
     layer: str
-    rel_error: float
-    """max_abs / max|reference|: the layer's error against its own scale (NaN if non-finite)."""
+    ratio: float
     growth: float | None
-    """rel_error over the previous layer's; None for the first layer or after an exact one."""
+    """ratio over the previous layer's; None for the first layer or after an exact one."""
 
 
 @dataclass(frozen=True)
@@ -39,115 +40,76 @@ class Divergence:
     module: str
     """E.g. "Linear(4, 64)"; "" when the caller gave no `modules`."""
     index: tuple[int, ...]
-    """First element that fails: differing bits (bitwise), beyond the bound or non-finite (tolerance)."""
-    comparison: Comparison
+    """First element that fails: differing bits (bitwise), the largest error (golden)."""
+    comparison: Comparison | GoldenComparison
     layers_checked: int
     """Layers compared up to and including this one; 1 means its input was the observations."""
-    errors: tuple[LayerError, ...] = ()
-    """Tolerance mode only: every layer checked, in order, this one last."""
+    ratios: tuple[LayerRatio, ...] = ()
+    """Golden mode only: every layer checked, in order, this one last."""
 
     def describe(self) -> str:
         """One line for `checks.detail` and the report."""
         where = f"{self.layer} {self.module}" if self.module else self.layer
-        parts = [f"first divergent layer: {where} ({self.comparison.detail})"]
-        if self.comparison.atol is None:
-            parts.append(
-                f"{self.comparison.n_mismatch} of {self.comparison.n_elements} elements differ, "
-                f"max {self.comparison.max_ulp} ulp"
-            )
-        parts.append(self._input_note())
-        if self.errors:
-            parts.append("error/max|ref| by layer: " + ", ".join(_format_error(e) for e in self.errors))
+        c = self.comparison
+        if isinstance(c, Comparison):
+            parts = [f"first divergent layer: {where} ({c.detail})", f"{c.n_mismatch} of {c.n_elements} elements differ, max {c.max_ulp} ulp"]
+            parts.append("input: the observations" if self.layers_checked == 1 else "inputs identical")
+        else:
+            parts = [f"first layer off the golden: {where} ({c.detail})"]
+            parts.append("input: the observations" if self.layers_checked == 1 else "inputs within the rule")
+            parts.append("error ratio by layer: " + ", ".join(_format_ratio(r) for r in self.ratios))
         return "; ".join(parts)
-
-    def _input_note(self) -> str:
-        if self.layers_checked == 1:
-            return "input: the observations"
-        # Bitwise mode only gets here past layers that agreed bit for bit.
-        if not self.errors or self.errors[-2].rel_error == 0:
-            return "inputs identical"
-        return "input within tolerance"
 
 
 def first_divergent_layer(
-    acts: Mapping[str, np.ndarray],
-    ref: Mapping[str, np.ndarray],
-    tol: Tolerance | None,
-    *,
-    modules: Mapping[str, str] | None = None,
+    acts: Mapping[str, np.ndarray], ref: Mapping[str, np.ndarray], *, modules: Mapping[str, str] | None = None
 ) -> Divergence | None:
-    """The first layer of `acts` that fails against `ref`, or None when every layer agrees.
-
-    `tol` None: bit for bit (two cards). A `Tolerance`: card against the CPU float32 reference.
-    Both captures must come from the same architecture; anything else is a harness bug and
-    raises ValueError rather than localizing a mismatch that is not there.
-    """
-    if list(acts) != list(ref):
-        raise ValueError(f"the captures hold different layers: {list(acts)} vs {list(ref)}")
-    errors: list[LayerError] = []
+    """The first layer where two cards' captures of the same input differ bit for bit, or None."""
+    _same_layers(acts, ref)
     for checked, layer in enumerate(acts, start=1):
-        a, r = acts[layer], ref[layer]
-        if tol is None:
-            comparison = compare_bitwise(a, r)
-        else:
-            comparison = compare_tolerance(a, r, tol)
-            errors.append(layer_error(layer, a, r, errors[-1] if errors else None))
+        comparison = compare_bitwise(acts[layer], ref[layer])
         if not comparison.passed:
-            return Divergence(
-                layer=layer,
-                module=(modules or {}).get(layer, ""),
-                index=_failing_index(a, r, tol),
-                comparison=comparison,
-                layers_checked=checked,
-                errors=tuple(errors),
-            )
+            index = first_index(~same_bits(acts[layer], ref[layer]))
+            return Divergence(layer, (modules or {}).get(layer, ""), index, comparison, checked)
     return None
 
 
-def layer_error(layer: str, actual: np.ndarray, reference: np.ndarray, previous: LayerError | None) -> LayerError:
-    """The layer's error relative to its scale, and its growth over the previous layer's."""
-    a64, r64 = actual.astype(np.float64), reference.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        # max() propagates NaN, so a layer with NaN or inf reports NaN, never a small number.
-        max_abs = float(np.abs(a64 - r64).max(initial=0.0))
-        scale = float(np.abs(r64).max(initial=0.0))
-    if max_abs == 0:
-        rel = 0.0
-    elif scale == 0:
-        rel = float("inf")
-    else:
-        rel = max_abs / scale
+def first_layer_off_golden(
+    acts: Mapping[str, np.ndarray],
+    cpu_same: Mapping[str, np.ndarray],
+    golden: Mapping[str, np.ndarray],
+    dtype: str,
+    limits: RatioLimits,
+    *,
+    modules: Mapping[str, str] | None = None,
+) -> Divergence | None:
+    """The first layer where a card's capture fails the port rule against the golden, or None."""
+    _same_layers(acts, cpu_same)
+    _same_layers(acts, golden)
+    ratios: list[LayerRatio] = []
+    for checked, layer in enumerate(acts, start=1):
+        comparison = compare_to_golden(acts[layer], cpu_same[layer], golden[layer], dtype, limits)
+        ratios.append(_layer_ratio(layer, comparison, ratios[-1] if ratios else None))
+        if not comparison.passed:
+            error = np.abs(as_float64(acts[layer]) - as_float64(golden[layer]))
+            index = tuple(int(i) for i in np.unravel_index(int(np.nanargmax(np.where(np.isnan(error), np.inf, error))), error.shape))
+            return Divergence(layer, (modules or {}).get(layer, ""), index, comparison, checked, tuple(ratios))
+    return None
+
+
+def _same_layers(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> None:
+    # Captures of different architectures are a harness bug: localizing them would invent a layer.
+    if list(a) != list(b):
+        raise ValueError(f"the captures hold different layers: {list(a)} vs {list(b)}")
+
+
+def _layer_ratio(layer: str, comparison: GoldenComparison, previous: LayerRatio | None) -> LayerRatio:
+    ratio = max(comparison.error_ratio, comparison.max_ratio)
     # A ratio over an exact layer says nothing: the drift starts here.
-    growth = rel / previous.rel_error if previous is not None and previous.rel_error > 0 else None
-    return LayerError(layer, rel, growth)
+    growth = ratio / previous.ratio if previous is not None and previous.ratio > 0 else None
+    return LayerRatio(layer, ratio, growth)
 
 
-def _failing_index(a: np.ndarray, r: np.ndarray, tol: Tolerance | None) -> tuple[int, ...]:
-    differ = _differing_bits(a, r)
-    if tol is None:
-        return _first_index(differ)
-    a64, r64 = a.astype(np.float64), r.astype(np.float64)
-    finite_ref = np.abs(r64[np.isfinite(r64)])
-    bound = tol.atol + tol.rtol * float(finite_ref.max(initial=0.0))
-    with np.errstate(invalid="ignore", over="ignore"):
-        # `not <=` so NaN counts as beyond; inf on either side fails compare_tolerance too.
-        beyond = ~np.isfinite(a64) | ~np.isfinite(r64) | ~(np.abs(a64 - r64) <= bound)
-    # A layer failing on cosine alone has no element beyond the bound: point at the first change.
-    return _first_index(beyond if beyond.any() else differ)
-
-
-def _differing_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    bits = np.dtype(f"u{a.dtype.itemsize}")
-    return np.ascontiguousarray(a).view(bits) != np.ascontiguousarray(b).view(bits)
-
-
-def _first_index(mask: np.ndarray) -> tuple[int, ...]:
-    hits = np.flatnonzero(mask)
-    if hits.size == 0:
-        return ()
-    return tuple(int(i) for i in np.unravel_index(int(hits[0]), mask.shape))
-
-
-def _format_error(e: LayerError) -> str:
-    text = f"{e.layer} {e.rel_error:.3g}"
-    return text if e.growth is None else f"{text} (x{e.growth:.3g})"
+def _format_ratio(r: LayerRatio) -> str:
+    text = f"{r.layer} {r.ratio:.3g}"
+    return text if r.growth is None else f"{text} (x{r.growth:.3g})"

@@ -1,9 +1,11 @@
 """`harness report --compare RUN_A RUN_B`: what got worse from run A to run B.
 
-Three questions, each one SQL join over the views: checks that passed in A and fail in B, errors
-(max_abs) that grew by more than a factor, and throughput (decisions/s) that dropped by more than
-a percentage. Checks are matched on (unit_id, output, kind, device_a, device_b): unit ids are
-stable across runs of the same plan, so two sweeps of one config line up row for row.
+Three questions, each one SQL join over the views: gating checks that passed in A and fail in B,
+errors (max_abs) of gating checks that grew by more than a factor, and throughput (decisions/s)
+that dropped by more than a percentage. Checks are matched on (unit_id, output, kind, device_a,
+device_b): unit ids are stable across runs of the same plan, so two sweeps of one config line up
+row for row. Findings that do not gate (batch invariance, the tolerance table off bounded
+outputs) are the card's properties, not a regression.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ CHECK_COLUMNS = """b.policy, b.dtype, b.kind AS check, b.workload || '/' || b.ou
 NEWLY_FAILED_SQL = f"""{PAIRS}
 SELECT {CHECK_COLUMNS}, CASE WHEN a.unit_id IS NULL THEN 'absent' ELSE 'passed' END AS "in A", b.detail AS "first mismatch in B"
 FROM b LEFT JOIN a ON {MATCH}
-WHERE NOT b.passed AND (a.unit_id IS NULL OR a.passed)
+WHERE b.gating AND NOT b.passed AND (a.unit_id IS NULL OR a.passed)
 ORDER BY b.policy, {dtype_order('b.dtype')}, b.kind, output, devices
 """
 
@@ -67,7 +69,7 @@ ERRORS_GREW_SQL = f"""{PAIRS}
 SELECT {CHECK_COLUMNS}, printf('%.3g', a.max_abs) AS "max_abs A", printf('%.3g', b.max_abs) AS "max_abs B",
        CASE WHEN a.max_abs = 0 THEN 'was exact' ELSE printf('%.3gx', b.max_abs / a.max_abs) END AS growth
 FROM a JOIN b ON {MATCH}
-WHERE isfinite(a.max_abs) AND isfinite(b.max_abs) AND b.max_abs > $factor * a.max_abs
+WHERE b.gating AND isfinite(a.max_abs) AND isfinite(b.max_abs) AND b.max_abs > $factor * a.max_abs
 ORDER BY b.policy, {dtype_order('b.dtype')}, b.kind, output, devices
 """
 

@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from harness.report.summary import summarize
+from harness.report.summary import batch_invariance_lines, summarize, verdict_text, worst_text
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 # The policy's head, the output the reference ports report precision on.
 HEAD_OUTPUTS = ("logits", "mu")
-DTYPES = ("float32", "float16", "bfloat16")
+DTYPES = ("float32", "float32-tf32", "float32-hf32", "float16", "bfloat16")
 PAGE = "report.html"
 
 
@@ -92,30 +92,37 @@ def _run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, list[t
 def _verdict_section(checks: pa.Table) -> Section:
     rows = [
         {
-            "policy": r["policy"],
-            "dtype": r["dtype"],
-            "check": r["kind"],
-            "verdict": "PASS" if r["failed"] == 0 else f"FAIL {r['failed']}",
-            "checks": str(r["checks"]),
-            "worst max_abs": f"{r['worst_max_abs']:.3g}",
+            "policy": g["policy"],
+            "dtype": g["dtype"],
+            "check": g["kind"],
+            "verdict": verdict_text(g),
+            "checks": str(g["checks"]),
+            "worst/limit": worst_text(g),
         }
-        for r in summarize(checks)
+        for g in summarize(checks)
     ]
     table = pa.Table.from_pylist(rows) if rows else pa.table({})
-    return Section("Verdict per policy and dtype", table, "no checks in this run")
+    return Section("Verdict per policy and dtype (PASS/FAIL gate; pass/finding do not)", table, "no checks in this run")
+
+
+def _card_properties_section(checks: pa.Table) -> Section:
+    lines = batch_invariance_lines(checks)
+    table = pa.Table.from_pylist([{"card property": line} for line in lines]) if lines else pa.table({})
+    return Section("Properties of the cards", table, "no batch invariance checks in this run")
 
 
 FAILED_SQL = f"""
-SELECT policy, dtype, kind AS check, workload || '/' || output AS output,
+SELECT CASE WHEN gating THEN 'FAIL' ELSE 'finding' END AS verdict, policy, dtype, kind AS check, workload || '/' || output AS output,
        device_a || CASE WHEN device_b = '' THEN '' ELSE ' vs ' || device_b END AS devices, detail AS "first mismatch"
 FROM checks WHERE run_id = $run_id AND NOT passed
-ORDER BY policy, {dtype_order()}, kind, workload, output, device_a
+ORDER BY NOT gating, policy, {dtype_order()}, kind, workload, output, device_a
 """
 
 PRECISION_SQL = f"""
 SELECT policy, dtype, output, count(*)::VARCHAR AS checks,
-       printf('%.8f', min(cosine)) AS "cosine (min)", printf('%.3g', max(max_abs)) AS "max_abs (max)",
-       printf('%.3g', max(atol)) AS atol, printf('%.3g', max(rtol)) AS rtol,
+       printf('%.3g', max(error_ratio)) AS "error_ratio (max)", printf('%.3g', max(max_ratio)) AS "max_ratio (max)",
+       printf('%.3g', min(ratio_limit)) AS "limit (min)", printf('%.3g', max(golden_rmse)) AS "RMSE vs golden (max)",
+       printf('%.3g', max(max_abs)) AS "max_abs vs golden (max)", printf('%.8f', min(cosine)) AS "cosine (min)",
        CASE WHEN bool_and(passed) THEN 'PASS' ELSE 'FAIL ' || count(*) FILTER (NOT passed) END AS verdict
 FROM checks
 WHERE run_id = $run_id AND kind = 'cpu_reference' AND output IN {HEAD_OUTPUTS}
@@ -137,11 +144,12 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str) -> Report:
     checks = _rows(con, "SELECT * FROM checks WHERE run_id = $run_id", run_id)
     sections = [
         _verdict_section(checks),
-        Section("Failed checks", _rows(con, FAILED_SQL, run_id), "every check passed"),
-        Section("Precision against the CPU float32 reference (head output)", _rows(con, PRECISION_SQL, run_id), "no cpu_reference checks of logits or mu"),
+        Section("Failed checks (FAIL gates the run; a finding does not)", _rows(con, FAILED_SQL, run_id), "every check passed"),
+        _card_properties_section(checks),
+        Section("Is the port right: the head's error against the float64 golden, over the CPU's own in that dtype", _rows(con, PRECISION_SQL, run_id), "no cpu_reference checks of logits or mu"),
         Section("Benchmarks", _rows(con, BENCH_SQL, run_id), "no bench rows for this run"),
     ]
-    n_failed = checks.num_rows - sum(checks.column("passed").to_pylist())
+    n_failed = sum(1 for r in checks.select(["gating", "passed"]).to_pylist() if r["gating"] and not r["passed"])
     return Report(run_id, status, facts, sections, checks.num_rows, n_failed)
 
 
@@ -245,23 +253,27 @@ def _plot_latency(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> st
 
 def _plot_errors(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
     rows = _rows(con, f"""
-        SELECT dtype, max_abs FROM checks
-        WHERE run_id = $run_id AND kind = 'cpu_reference' AND output IN {HEAD_OUTPUTS} AND isfinite(max_abs)
+        SELECT dtype, error_ratio, ratio_limit FROM checks
+        WHERE run_id = $run_id AND kind = 'cpu_reference' AND isfinite(error_ratio)
         ORDER BY {dtype_order()}""", run_id).to_pylist()
-    if not any(r["max_abs"] > 0 for r in rows):
-        return "no card-vs-CPU error to draw on a log scale" + (" (every card matched the CPU exactly)" if rows else "")
-    fig, ax = _new_axes("Card against CPU: max_abs of the head output per check", "dtype", "max_abs (log)")
+    if not any(r["error_ratio"] > 0 for r in rows):
+        return "no card-vs-golden error to draw on a log scale" + (" (every card matched the golden exactly)" if rows else "")
+    fig, ax = _new_axes("Is the port right: error_ratio per check, against its limit", "dtype", "error_ratio (log)")
     labels = []
     for x, (key, points) in enumerate(_series(rows, ("dtype",)).items()):
-        errors = np.array([p["max_abs"] for p in points])
-        positive = errors[errors > 0]
+        ratios = np.array([p["error_ratio"] for p in points])
+        positive = ratios[ratios > 0]
         # Exact matches have no place on a log axis: they are counted in the label instead.
-        labels.append(f"{key[0]}\n{len(errors) - len(positive)} of {len(errors)} exact")
+        labels.append(f"{key[0]}\n{len(ratios) - len(positive)} of {len(ratios)} exact")
         if positive.size:
             ax.boxplot(positive, positions=[x], widths=0.5, showfliers=False)
             ax.plot(x + np.linspace(-0.15, 0.15, positive.size), positive, "o", alpha=0.6, color=f"C{x % 10}")
+        for limit in sorted({p["ratio_limit"] for p in points}):
+            ax.hlines(limit, x - 0.4, x + 0.4, colors="C3", linestyles="--")
+    ax.plot([], [], "--", color="C3", label="limit (by elements)")
     ax.set_yscale("log")
     ax.set_xticks(range(len(labels)), labels)
+    ax.legend(fontsize="small")
     fig.savefig(path, dpi=100)
     return ""
 
@@ -277,7 +289,7 @@ def _series(rows: list[dict[str, object]], key: tuple[str, ...]) -> dict[tuple[o
 PLOTS: list[tuple[str, str, Callable[[duckdb.DuckDBPyConnection, str, Path], str]]] = [
     ("Decisions/s against cards", "throughput.png", _plot_throughput),
     ("Latency against batch size", "latency.png", _plot_latency),
-    ("Card-vs-CPU error per dtype", "errors.png", _plot_errors),
+    ("Card against the golden: error_ratio per dtype", "errors.png", _plot_errors),
 ]
 
 

@@ -11,24 +11,77 @@ import pyarrow.compute as pc
 from harness.store.schema import BenchRow
 
 
+KINDS = ("error", "cross_card", "cpu_reference", "decisions", "episode_return", "tolerance", "onnx_reference", "batch_invariance")
+DTYPES = ("float32", "float32-tf32", "float32-hf32", "float16", "bfloat16")
+
+
+def measured_over_limit(row: dict[str, object]) -> float | None:
+    """How close a row came to its limit, unitless: 1 is the limit, above it fails. None for
+    checks with no scale (bit for bit, errors)."""
+    kind = row["kind"]
+    if kind in ("cpu_reference", "onnx_reference") and row.get("ratio_limit"):
+        return max(row["error_ratio"], row["max_ratio"]) / row["ratio_limit"]
+    if kind == "tolerance" and row.get("atol") is not None:
+        bound = row["atol"] + row["rtol"] * row["ref_max_abs"]
+        by_abs = row["max_abs"] / bound if bound > 0 else (0.0 if row["max_abs"] == 0 else float("inf"))
+        slack = 1.0 - row["min_cos"]
+        by_cos = (1.0 - row["cosine"]) / slack if slack > 0 else 0.0
+        return max(by_abs, by_cos)
+    if kind == "decisions":
+        if not row.get("n_flips"):
+            return 0.0
+        limit = row["flip_margin_limit"]
+        return row["max_flip_margin"] / limit if limit else float("inf")
+    if kind == "episode_return" and row.get("return_rtol"):
+        return row["return_rel_diff"] / row["return_rtol"]
+    return None
+
+
 def summarize(checks: pa.Table) -> list[dict[str, object]]:
-    """One row per (policy, dtype, kind): checks run, failed, worst max_abs, first failing detail."""
+    """One row per (policy, dtype, kind): checks run, gating failures, non-gating findings, the
+    worst measured/limit (or ULPs, for bit-for-bit checks), and the first failure's detail."""
     groups: dict[tuple[str, str, str], dict[str, object]] = {}
-    for row in checks.to_pylist():
+    rows = checks.to_pylist()
+    for row in rows:
         key = (row["policy"], row["dtype"], row["kind"])
-        g = groups.setdefault(key, {"policy": key[0], "dtype": key[1], "kind": key[2], "checks": 0, "failed": 0, "worst_max_abs": 0.0, "first_failure": ""})
+        g = groups.setdefault(key, {
+            "policy": key[0], "dtype": key[1], "kind": key[2], "checks": 0, "failed": 0, "findings": 0, "gating": False,
+            "worst": None, "max_ulp": 0, "first_failure": "",
+        })
         g["checks"] += 1
-        if row["max_abs"] == row["max_abs"]:  # NaN on error rows
-            g["worst_max_abs"] = max(g["worst_max_abs"], row["max_abs"])
+        g["gating"] = g["gating"] or row["gating"]
+        score = measured_over_limit(row)
+        if score is not None and (g["worst"] is None or not score <= g["worst"]):
+            g["worst"] = score
+        if row.get("max_ulp") is not None:
+            g["max_ulp"] = max(g["max_ulp"], row["max_ulp"])
         if not row["passed"]:
-            g["failed"] += 1
+            g["failed" if row["gating"] else "findings"] += 1
             if not g["first_failure"]:
                 g["first_failure"] = f"{row['workload']}/{row['output']} {row['device_a']} vs {row['device_b'] or '-'}: {row['detail']}"
-    # Keep the order the sweep was asked in (policies, then dtypes); kinds in a fixed order.
-    kinds = ["error", "cross_card", "cpu_reference", "onnx_reference"]
-    order = {k: i for i, k in enumerate(dict.fromkeys(r["policy"] for r in checks.to_pylist()))}
-    dtypes = ["float32", "float16", "bfloat16"]
-    return sorted(groups.values(), key=lambda g: (order[g["policy"]], dtypes.index(g["dtype"]) if g["dtype"] in dtypes else 9, kinds.index(g["kind"])))
+    # The order the sweep was asked in (policies, then dtypes); kinds in a fixed order.
+    order = {k: i for i, k in enumerate(dict.fromkeys(r["policy"] for r in rows))}
+    return sorted(groups.values(), key=lambda g: (order[g["policy"]], _position(DTYPES, g["dtype"]), _position(KINDS, g["kind"])))
+
+
+def verdict_text(group: dict[str, object]) -> str:
+    if group["failed"]:
+        return f"FAIL {group['failed']}"
+    if group["findings"]:
+        return f"finding {group['findings']}"
+    return "PASS" if group["gating"] else "pass"
+
+
+def worst_text(group: dict[str, object]) -> str:
+    if group["worst"] is not None:
+        return f"{group['worst']:.3g}"
+    if group["kind"] == "error":
+        return "-"
+    return "equal" if group["max_ulp"] == 0 else f"{group['max_ulp']} ulp"
+
+
+def _position(order: tuple[str, ...], value: object) -> int:
+    return order.index(value) if value in order else len(order)
 
 
 def short_name(policy: str) -> str:
@@ -37,19 +90,43 @@ def short_name(policy: str) -> str:
     return name if len(name) <= 24 else name[:23] + "~"
 
 
-def print_summary(checks: pa.Table, run_id: str, status: str, out: TextIO) -> None:
-    rows = summarize(checks)
-    header = f"{'policy':<24} {'dtype':<9} {'check':<15} {'verdict':<8} {'checks':>6} {'worst max_abs':>14}"
+def print_summary(checks: pa.Table, run_id: str, status: str, out: TextIO, without_episodes: dict[str, str] | None = None) -> None:
+    """The verdict table: PASS/FAIL count only gating rows; lower-case "pass" and "finding" mark
+    checks that do not gate (the tolerance table off bounded outputs, batch invariance)."""
+    groups = summarize(checks)
+    header = f"{'policy':<24} {'dtype':<13} {'check':<17} {'verdict':<11} {'checks':>6} {'worst/limit':>12}"
     print(header, file=out)
     print("-" * len(header), file=out)
-    for r in rows:
-        verdict = "PASS" if r["failed"] == 0 else f"FAIL {r['failed']}"
-        print(f"{short_name(str(r['policy'])):<24} {r['dtype']:<9} {r['kind']:<15} {verdict:<8} {r['checks']:>6} {r['worst_max_abs']:>14.3g}", file=out)
-    failures = [r for r in rows if r["failed"]]
-    for r in failures:
-        print(f"  FAIL {r['policy']} {r['dtype']} {r['kind']}: {r['first_failure']}", file=out)
-    n_failed = int(pc.sum(pc.invert(checks.column("passed"))).as_py() or 0) if checks.num_rows else 0
-    print(f"run {run_id}: {status.upper()} ({checks.num_rows} checks, {n_failed} failed)", file=out)
+    for g in groups:
+        print(f"{short_name(str(g['policy'])):<24} {g['dtype']:<13} {g['kind']:<17} {verdict_text(g):<11} {g['checks']:>6} {worst_text(g):>12}", file=out)
+    for g in groups:
+        if g["failed"] or g["findings"]:
+            label = "FAIL" if g["failed"] else "finding (not gating)"
+            print(f"  {label} {g['policy']} {g['dtype']} {g['kind']}: {g['first_failure']}", file=out)
+    for line in batch_invariance_lines(checks):
+        print(f"  {line}", file=out)
+    for policy, flag in (without_episodes or {}).items():
+        print(f"  no episodes for {policy}: it names no environment ({flag} gives it episodes)", file=out)
+    gating = checks.filter(checks.column("gating")) if checks.num_rows else checks
+    n_failed = int(pc.sum(pc.invert(gating.column("passed"))).as_py() or 0) if gating.num_rows else 0
+    print(f"run {run_id}: {status.upper()} ({checks.num_rows} checks, {gating.num_rows} gating, {n_failed} failed)", file=out)
+
+
+def batch_invariance_lines(checks: pa.Table) -> list[str]:
+    """Batch invariance as a property of each card: does a row computed alone equal the same row
+    inside a large batch, bit for bit?"""
+    rows = [r for r in checks.to_pylist() if r["kind"] == "batch_invariance"]
+    lines = []
+    for device in dict.fromkeys(r["device_a"] for r in rows):
+        differ = [r for r in rows if r["device_a"] == device and not r["bitwise_equal"]]
+        if not differ:
+            lines.append(f"batch invariance: {device} gives the same bits alone and inside a batch ({sum(r['device_a'] == device for r in rows)} checks)")
+            continue
+        where = sorted({(r["policy"].rsplit("/", 1)[-1], r["dtype"]) for r in differ})
+        worst = max(r["max_ulp"] for r in differ)
+        shown = ", ".join(f"{p} {d}" for p, d in where[:4]) + (", ..." if len(where) > 4 else "")
+        lines.append(f"batch invariance: {device} gives other bits for rows alone than inside a batch ({shown}; max {worst} ulp)")
+    return lines
 
 
 def print_bench_summary(rows: list[BenchRow], run_id: str, out: TextIO) -> None:

@@ -24,13 +24,14 @@ import ray
 from tqdm import tqdm
 
 from harness.devices import Kind, resolve_accelerator
-from harness.envs.cartpole import ENV_ID
+from harness.envs.registry import check_env
 from harness.inference.timing import LatencyStats, Throughput, measure_latency
-from harness.policies import PolicyNet, load_policy
+from harness.policies import PolicyNet, PolicySpec, load_policy
 from harness.report.summary import print_bench_summary
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
 from harness.run.options import BenchConfig
 from harness.run.place import BenchCard, place_bench
+from harness.run.plan import policy_specs
 from harness.run.provenance import new_run_row, now
 from harness.store.schema import BenchRow
 from harness.store.writer import write_rows
@@ -62,13 +63,17 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
     results = Path(config.results)
     with phases("plan"):
         kind = resolve_accelerator(config.accelerator)
-        policies = {name: load_policy(name) for name in config.policies}
+        specs = policy_specs(config)
+        policies = {spec.source: load_policy(spec) for spec in specs}
         run_id = claim_run_id(results, config.run_id)
         work = [Work(name, dtype, make_batch(p.info, "normal", size, config.seed)) for name, p in policies.items() for dtype in config.dtypes for size in config.batch_sizes]
-        loops = [(name, dtype, size) for name, p in policies.items() if p.info.env_id == ENV_ID for dtype in config.dtypes for size in config.batch_sizes]
+        for p in policies.values():
+            if p.info.env_id is not None:
+                check_env(p.info.env_id, p.info)
+        loops = [(name, p.info.env_id, dtype, size) for name, p in policies.items() if p.info.env_id for dtype in config.dtypes for size in config.batch_sizes]
     n_placed = config.cards or (max(config.card_counts) if config.card_counts else None)
 
-    with bench_cards(config.address, kind, n_placed, policies, config.threads, phases) as cards:
+    with bench_cards(config.address, kind, n_placed, specs, policies, config.threads, config.precision, phases) as cards:
         steps = sorted(set(config.card_counts or [1, len(cards)]))
         bar = tqdm(total=len(work) * (len(cards) + len(steps)) + len(loops), desc="bench", unit="step", disable=not config.progress, file=sys.stderr)
         with phases("compute"):
@@ -90,14 +95,21 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
 
 @contextmanager
 def bench_cards(
-    address: str | None, kind: Kind, cards: int | None, policies: dict[str, PolicyNet], threads: int, phases: Phases | None = None
+    address: str | None,
+    kind: Kind,
+    cards: int | None,
+    specs: list[PolicySpec],
+    policies: dict[str, PolicyNet],
+    threads: int,
+    precision: str = "strict",
+    phases: Phases | None = None,
 ) -> Iterator[list[BenchCard]]:
     """Join or start Ray, place `cards` BenchActors (default: all the cluster has), and shut
     Ray down afterwards. The benchmarks use this too."""
     phases = phases or Phases()
     with ray_cluster(address, kind, cards, phases) as n_cards:
         with phases("startup"):
-            placed = place_bench(kind, n_cards, policies, threads)
+            placed = place_bench(kind, n_cards, specs, policies, threads, precision)
         yield placed
 
 
@@ -168,13 +180,15 @@ def _throughput_row(w: Work, group: list[BenchCard], runs: list[Throughput], tot
     )
 
 
-def _closed_loop(card: BenchCard, loops: list[tuple[str, str, int]], config: BenchConfig, bar: tqdm) -> list[BenchRow]:
+def _closed_loop(card: BenchCard, loops: list[tuple[str, str, str, int]], config: BenchConfig, bar: tqdm) -> list[BenchRow]:
+    """Episodes of each policy's environment in lockstep on one card, one forward per step."""
+    impl = None if config.env_impl == "auto" else config.env_impl
     rows = []
-    for policy, dtype, n_envs in loops:
-        result = ray.get(card.actor.closed_loop.remote(policy, dtype, config.env_impl, n_envs, config.seed, config.duration))
-        step_ms = result.elapsed_s / (result.decisions / n_envs) * 1e3  # one lockstep step: a forward and an env step
+    for policy, env_id, dtype, n_envs in loops:
+        result = ray.get(card.actor.closed_loop.remote(policy, dtype, env_id, impl, n_envs, config.seed, config.duration))
+        step_ms = result.elapsed_s / result.steps * 1e3  # one lockstep step: a forward and an env step
         detail = {
-            "env_impl": config.env_impl, "env_id": ENV_ID, "episodes": len(result.returns), "first_seed": config.seed,
+            "env_impl": config.env_impl, "env_id": env_id, "episodes": len(result.returns), "first_seed": config.seed,
             "mean_return": float(result.returns.mean()), "min_return": float(result.returns.min()),
         }
         rows.append(BenchRow(

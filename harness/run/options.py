@@ -16,13 +16,19 @@ import json
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.errors import UsageError
+
+if TYPE_CHECKING:
+    from harness.judge.compare import Tolerance
+    from harness.judge.golden import RatioLimits
 
 DEFAULT_POLICIES = ("cartpole", "huggy-arch")
 DTYPE_ORDER = ("float32", "float16", "bfloat16")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
+EPISODE_BATCHINGS = ("lockstep", "single")
+ACTION_KINDS = ("discrete", "continuous")
 
 Config = TypeVar("Config", bound="CommonOptions")
 
@@ -31,11 +37,14 @@ def option(flag: str, help: str, default: Any, kind: str = "value", type: type =
     """A dataclass field that is also a command-line flag and a TOML key.
 
     kind: "value" (one value of `type`), "csv" (a comma-separated list of `type`), "append" (a
-    repeatable flag collecting a list), "off" (a switch that sets the field to False).
+    repeatable flag collecting a list), "off" / "on" (a switch that sets the field to False /
+    True), "table" (a TOML table of strings, no flag).
     """
     meta = {"flag": flag, "help": help, "kind": kind, "type": type, "metavar": metavar}
     if isinstance(default, (list, tuple)):
         return field(default_factory=lambda: list(default), metadata=meta)
+    if isinstance(default, dict):
+        return field(default_factory=lambda: dict(default), metadata=meta)
     return field(default=default, metadata=meta)
 
 
@@ -63,6 +72,23 @@ class CommonOptions:
     run_id: str | None = option("--run-id", "name of this run (default: time and random suffix)", None, metavar="ID")
     address: str | None = option("--address", "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)", None, metavar="ADDR")
     progress: bool = option("--no-progress", "hide the progress bar", True, "off")
+    precision: str = option(
+        "--precision", "strict: TF32/HF32 and reduced-precision reductions off on every card; device-default: as the card comes",
+        "strict", metavar="{strict,device-default}",
+    )
+    env: str | None = option(
+        "--env", "gymnasium environment for the episodes of policies that name none (e.g. seals/CartPole-v0)", None, metavar="ENV_ID",
+    )
+    envs: dict[str, str] = option(
+        "", "TOML only: a table of policy (as given to --policy) -> environment id, for policies one by one; it wins over what a policy's files say",
+        {}, "table",
+    )
+    action_kind: str | None = option(
+        "--action-kind", "for an ONNX graph that cannot say: its head is discrete logits or continuous actions", None, metavar="{discrete,continuous}",
+    )
+    onnx_output: str | None = option(
+        "--onnx-output", "for an ONNX graph with several float outputs and no ArgMax: the output that is the head", None, metavar="NAME",
+    )
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -72,10 +98,23 @@ class CommonOptions:
 class SweepConfig(CommonOptions):
     """`harness sweep`: validate policies on every card against each other and the CPU."""
 
-    episodes: int = option("--episodes", "seeded CartPole episodes per mode (deterministic, stochastic) and dtype", 4, type=int, metavar="N")
+    episodes: int = option("--episodes", "seeded episodes per mode (deterministic, stochastic) and dtype, for every policy with an environment", 4, type=int, metavar="N")
+    episode_batching: str = option(
+        "--episode-batching", "lockstep: a unit's episodes step together, one batched forward per step; single: batch 1, as a deployed agent runs",
+        "lockstep", metavar="{lockstep,single}",
+    )
+    tolerance: list[str] = option(
+        "--tolerance", "DTYPE=ATOL,RTOL: the atol/rtol table for a dtype, which then gates every output; repeatable", [], "append", metavar="DTYPE=ATOL,RTOL",
+    )
+    ratio_limits: list[float] = option(
+        "--ratio-limits", "the port rule's limits on error_ratio and max_ratio for >= 1000, >= 100 and fewer elements", [3.0, 5.0, 10.0], "csv", float, metavar="L,M,S",
+    )
+    require_batch_invariance: bool = option(
+        "--require-batch-invariance", "fail the run when a card's rows computed alone differ from the same rows in a large batch", False, "on",
+    )
     inject_fault: list[str] = option(
-        "--inject-fault", "fault for negative tests: card<N>:perturb-weight, corrupt-weight, mkl-avx2, crash-once, crash-always; repeatable",
-        [], "append", metavar="SPEC",
+        "--inject-fault", "fault for negative tests, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
+        "fp16-accumulate, mkl-avx2, crash-once, crash-always; repeatable", [], "append", metavar="SPEC",
     )
     placement: str = option("--placement", "placement group strategy: " + ", ".join(PLACEMENT_STRATEGIES), "PACK", metavar="STRATEGY")
     resume: str | None = option("--resume", "run id of an interrupted sweep: run only its missing units", None, metavar="RUN_ID")
@@ -92,21 +131,27 @@ class BenchConfig(CommonOptions):
     )
     duration: float = option("--duration", "seconds per measurement: latency budget, throughput window, closed-loop minimum", 0.2, type=float, metavar="S")
     env_impl: str = option(
-        "--env-impl", "closed-loop CartPole, for policies of seals/CartPole-v0: numpy (bit-identical to seals) or gymnasium (the real env)",
-        "numpy", metavar="{numpy,gymnasium}",
+        "--env-impl", "closed-loop environments: auto (the numpy seals/CartPole-v0, bit-identical to seals, where it applies; "
+        "gymnasium otherwise), numpy or gymnasium", "auto", metavar="{auto,numpy,gymnasium}",
     )
 
 
 def add_arguments(parser: argparse.ArgumentParser, config_type: type[CommonOptions]) -> None:
     """A flag per field, its default in the help; unset flags stay out of the namespace (SUPPRESS),
     so the TOML file can fill them."""
-    parser.add_argument("--config", metavar="FILE", help="TOML file with any of the options below, by field name (flags win)")
+    tables = [f.name for f in dataclasses.fields(config_type) if f.metadata["kind"] == "table"]
+    parser.add_argument(
+        "--config", metavar="FILE",
+        help=f"TOML file with any of the options below, by field name (flags win), and the tables {', '.join(tables)}",
+    )
     for f in dataclasses.fields(config_type):
         meta = f.metadata
+        if meta["kind"] == "table":
+            continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         kwargs: dict[str, Any] = {"dest": f.name, "help": f"{meta['help']}{_default_text(meta['kind'], default)}", "default": argparse.SUPPRESS}
-        if meta["kind"] == "off":
-            kwargs["action"] = "store_false"
+        if meta["kind"] in ("off", "on"):
+            kwargs["action"] = "store_false" if meta["kind"] == "off" else "store_true"
         else:
             kwargs["metavar"] = meta["metavar"]
             kwargs["action"] = "append" if meta["kind"] == "append" else "store"
@@ -114,7 +159,7 @@ def add_arguments(parser: argparse.ArgumentParser, config_type: type[CommonOptio
 
 
 def _default_text(kind: str, default: Any) -> str:
-    if kind == "off" or default is None:
+    if kind in ("off", "on") or default is None:
         return ""
     if kind in ("csv", "append"):
         shown = (",".join if kind == "csv" else " ".join)(map(str, default)) or "none"
@@ -165,9 +210,13 @@ def _from_toml(path: Path, f: dataclasses.Field, value: Any) -> Any:
         if isinstance(value, str) and kind == "csv":
             return split_csv(value, type_)
         if isinstance(value, list) and all(_is_type(v, type_) for v in value):
-            return value
+            return [float(v) for v in value] if type_ is float else value
         raise UsageError(f"{path}: {f.name} must be a list of {type_.__name__}, got {value!r}")
-    if kind == "off":
+    if kind == "table":
+        if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
+            return value
+        raise UsageError(f"{path}: {f.name} must be a table of strings, e.g. [{f.name}] \"model.zip\" = \"CartPole-v1\"")
+    if kind in ("off", "on"):
         type_ = bool
     if not _is_type(value, type_):
         raise UsageError(f"{path}: {f.name} must be a {type_.__name__}, got {value!r}")
@@ -221,6 +270,15 @@ def validate(config: Config) -> Config:
     results = Path(config.results)
     if results.exists() and not results.is_dir():
         raise UsageError(f"--results {results}: is a file; it must be a folder (it is made if missing)")
+    from harness.devices import PRECISIONS
+
+    if config.precision not in PRECISIONS:
+        raise UsageError(f"--precision {config.precision!r} is not one of {', '.join(PRECISIONS)}")
+    if config.action_kind is not None and config.action_kind not in ACTION_KINDS:
+        raise UsageError(f"--action-kind {config.action_kind!r} is not one of {', '.join(ACTION_KINDS)}")
+    unmapped = sorted(set(config.envs) - set(config.policies))
+    if unmapped:
+        raise UsageError(f"envs names {', '.join(unmapped)}, not among the policies ({', '.join(config.policies)})")
     if isinstance(config, SweepConfig):
         _validate_sweep(config)
     if isinstance(config, BenchConfig):
@@ -235,7 +293,11 @@ def _validate_sweep(config: SweepConfig) -> None:
         raise UsageError(f"--episodes {config.episodes}: must be 0 or more")
     if config.placement not in PLACEMENT_STRATEGIES:
         raise UsageError(f"--placement {config.placement!r} is not one of {', '.join(PLACEMENT_STRATEGIES)}")
+    if config.episode_batching not in EPISODE_BATCHINGS:
+        raise UsageError(f"--episode-batching {config.episode_batching!r} is not one of {', '.join(EPISODE_BATCHINGS)}")
     parse_faults(config.inject_fault)
+    parse_tolerances(config.tolerance)
+    ratio_limits(config)
 
 
 def _validate_bench(config: BenchConfig) -> None:
@@ -247,5 +309,34 @@ def _validate_bench(config: BenchConfig) -> None:
         raise UsageError(f"--card-counts {_csv(config.card_counts)!r}: more than --cards {config.cards}")
     if not config.duration > 0:
         raise UsageError(f"--duration {config.duration}: must be more than 0 seconds, e.g. --duration 0.5")
-    if config.env_impl not in IMPLS:
-        raise UsageError(f"--env-impl {config.env_impl!r} is not one of {', '.join(IMPLS)}")
+    if config.env_impl not in ("auto", *IMPLS):
+        raise UsageError(f"--env-impl {config.env_impl!r} is not one of auto, {', '.join(IMPLS)}")
+
+
+def parse_tolerances(specs: list[str]) -> dict[str, Tolerance]:
+    """`--tolerance DTYPE=ATOL,RTOL`, repeatable: the user's tolerance table by dtype."""
+    from harness.dtypes import REDUCED_FLOAT32
+    from harness.judge.compare import TOLERANCES, Tolerance
+
+    tables = {}
+    for spec in specs:
+        dtype, _, numbers = spec.partition("=")
+        parts = numbers.split(",")
+        try:
+            atol, rtol = (float(p) for p in parts) if len(parts) == 2 else (None, None)
+            if atol is None or dtype not in (*TOLERANCES, *REDUCED_FLOAT32):
+                raise ValueError
+            tables[dtype] = Tolerance(atol, rtol, TOLERANCES[dtype.split("-")[0]].min_cos)
+        except (ValueError, TypeError):
+            known = ", ".join((*TOLERANCES, *REDUCED_FLOAT32))
+            raise UsageError(f"--tolerance {spec!r}: expected DTYPE=ATOL,RTOL with DTYPE one of {known}, e.g. float16=0.05,0.002") from None
+    return tables
+
+
+def ratio_limits(config: SweepConfig) -> RatioLimits:
+    from harness.judge.golden import RatioLimits
+
+    try:
+        return RatioLimits(*config.ratio_limits)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--ratio-limits {_csv(config.ratio_limits)!r}: three limits, for >= 1000, >= 100 and fewer elements, e.g. 3,5,10 ({exc})") from None

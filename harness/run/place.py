@@ -20,7 +20,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from harness.devices import RAY_RESOURCE, Kind
 from harness.errors import UsageError, first_line
 from harness.inference.faults import Fault, env_vars
-from harness.policies.base import PolicyNet
+from harness.policies import PolicyNet, PolicySpec
 
 PLACEMENT_TIMEOUT_S = 30.0
 DEFAULT_SIMULATED_CARDS = 2
@@ -136,8 +136,9 @@ def place_sweep(
     kind: Kind,
     n_cards: int,
     strategy: str,
-    policies: list[str],
+    policies: list[PolicySpec],
     threads: int,
+    precision: str,
     faults: list[Fault],
     crash_dir: Path,
 ) -> Placement:
@@ -148,9 +149,9 @@ def place_sweep(
     group = reserve(kind, n_cards, strategy, cpu_bundle=True)
     cards = []
     for position in range(n_cards):
-        mine = [f for f in faults if f.card == position]
+        mine = [f for f in faults if f.applies_to(position)]
         actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), CARD_MAX_RESTARTS))
-        cards.append(actor.remote(kind, position, policies, threads, mine, str(crash_dir / f"card{position}.crashed")))
+        cards.append(actor.remote(kind, position, policies, threads, precision, mine, str(crash_dir / f"card{position}.crashed")))
     reference = ray.remote(ReferenceActor).options(
         num_cpus=1,
         scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
@@ -159,19 +160,19 @@ def place_sweep(
     return Placement(group, cards, reference, RAY_RESOURCE[kind])
 
 
-def place_bench(kind: Kind, n_cards: int, policies: dict[str, PolicyNet], threads: int) -> list[BenchCard]:
+def place_bench(kind: Kind, n_cards: int, specs: list[PolicySpec], policies: dict[str, PolicyNet], threads: int, precision: str) -> list[BenchCard]:
     """A BenchActor per card, one bundle each (a bench judges nothing: no CPU reference). The
     placement group lives until Ray shuts down."""
     from actors.bench_actor import BenchActor
 
     group = reserve(kind, n_cards, "PACK", cpu_bundle=False)
     actors = [
-        ray.remote(BenchActor).options(**card_options(kind, group, position, {})).remote(kind, position, list(policies), threads)
+        ray.remote(BenchActor).options(**card_options(kind, group, position, {})).remote(kind, position, specs, threads, precision)
         for position in range(n_cards)
     ]
     descriptions = wait_described(actors)
     refuse_other_bytes(descriptions, policies)
-    return [BenchCard(str(d["label"]), a, d) for d, a in zip(descriptions, actors)]
+    return [BenchCard(str(d["label"]), a, d) for d, a in zip(unique_labels(descriptions), actors)]
 
 
 def wait_described(actors: list[ray.actor.ActorHandle]) -> list[dict[str, object]]:
@@ -184,10 +185,21 @@ def wait_described(actors: list[ray.actor.ActorHandle]) -> list[dict[str, object
 
 
 def describe_actors(placement: Placement, policies: dict[str, PolicyNet]) -> tuple[list[dict[str, object]], dict[str, object]]:
-    """Every actor's description; an actor that loaded other bytes than the driver is a UsageError."""
+    """Every actor's description, each card with a label of its own; an actor that loaded other
+    bytes than the driver is a UsageError."""
     *cards, reference = wait_described([*placement.cards, placement.reference])
     refuse_other_bytes([*cards, reference], policies)
-    return cards, reference
+    return unique_labels(cards), reference
+
+
+def unique_labels(cards: list[dict[str, object]]) -> list[dict[str, object]]:
+    """A card's label is its id on its node (`npu3`); cards on several nodes can share one, and
+    two cards under one label would never be compared with each other. Where labels repeat, each
+    is qualified with its node (`npu3@5f2c1a`, the start of Ray's node id)."""
+    labels = [str(c["label"]) for c in cards]
+    if len(set(labels)) == len(labels):
+        return cards
+    return [c | {"label": f"{c['label']}@{str(c['node_id'])[:6]}"} for c in cards]
 
 
 def refuse_other_bytes(descriptions: list[dict[str, object]], policies: dict[str, PolicyNet]) -> None:

@@ -3,6 +3,10 @@
 A unit id is a hash of what the unit computes (policy bytes, dtype, input bytes or episode
 seeds), so the same unit has the same id in every run: `--resume` skips the ids already done,
 and two runs can be joined on it.
+
+The inputs are made before Ray starts (a bad policy or option fails at once); the units are
+named once the cards have said which precision their float32 runs in (`float32-tf32` is
+another unit than `float32`).
 """
 
 from __future__ import annotations
@@ -10,17 +14,24 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-
-from harness.run.options import SweepConfig
-from harness.policies.base import ObservationNormalizer, PolicyNet
+from harness.envs.registry import check_env
+from harness.policies import PolicyNet, PolicySpec
+from harness.policies.base import ObservationNormalizer
+from harness.run.options import CommonOptions, SweepConfig
 from harness.workloads import ObsBatch, make_batch
 
 EDGE_BATCH = 64
 UNIFORM_BATCH = 4096
+# A large batch's first rows are also computed as batches of these sizes (batch invariance).
+INVARIANCE_ROWS = (1, 8)
+# The loader check (onnx_reference) compares float32 implementations, whatever the cards run.
+LOADER_DTYPE = "float32"
 
 
 @dataclass(frozen=True)
 class BatchWork:
+    """One fixed batch through every card, and through the CPU three ways (golden, float32, the card's dtype)."""
+
     batch: ObsBatch
 
     @property
@@ -33,60 +44,146 @@ class BatchWork:
 
 
 @dataclass(frozen=True)
+class InvarianceWork:
+    """A large batch's first `rows` rows, alone and inside it, on every card."""
+
+    batch: ObsBatch
+    rows: int
+
+    @property
+    def name(self) -> str:
+        return f"invariance-{self.rows}-of-{self.batch.name}"
+
+    @property
+    def input_sha256(self) -> str:
+        return self.batch.sha256
+
+
+@dataclass(frozen=True)
+class LoaderWork:
+    """An ONNX policy's batch through onnxruntime on the original file and through its torch rebuild."""
+
+    batch: ObsBatch
+
+    @property
+    def name(self) -> str:
+        return f"onnx-{self.batch.name}"
+
+    @property
+    def input_sha256(self) -> str:
+        return self.batch.sha256
+
+
+@dataclass(frozen=True)
 class EpisodeWork:
     env_id: str
     seeds: tuple[int, ...]
     stochastic: bool
+    batching: str  # lockstep or single
+
+    @property
+    def mode(self) -> str:
+        return "stochastic" if self.stochastic else "deterministic"
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.seeds) if self.batching == "lockstep" else 1
 
     @property
     def name(self) -> str:
-        mode = "stochastic" if self.stochastic else "deterministic"
-        return f"episodes-{mode}-{len(self.seeds)}x-s{self.seeds[0]}"
+        return f"episodes-{self.mode}-{len(self.seeds)}x-s{self.seeds[0]}-{self.batching}"
 
     @property
     def input_sha256(self) -> str:
-        return hashlib.sha256(f"{self.env_id}|{self.seeds}|{self.stochastic}".encode()).hexdigest()
+        return hashlib.sha256(f"{self.env_id}|{self.seeds}|{self.stochastic}|{self.batching}".encode()).hexdigest()
+
+
+Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork
 
 
 @dataclass(frozen=True)
 class Unit:
     unit_id: str
     policy: str  # key into the sweep's policies: the name the user gave
-    dtype: str
-    work: BatchWork | EpisodeWork
+    dtype: str  # the card dtype's label: float32, float16, bfloat16, float32-tf32, float32-hf32
+    work: Work
 
     @property
     def workload(self) -> str:
         return self.work.name
 
 
-def plan_units(config: SweepConfig, policies: dict[str, PolicyNet]) -> list[Unit]:
+def policy_specs(config: CommonOptions) -> list[PolicySpec]:
+    """Each policy the user named, with the options that tell how to load it."""
+    return [
+        PolicySpec(
+            source=name,
+            env_id=config.envs.get(name, config.env),
+            env_source="the config's envs" if name in config.envs else "--env",
+            env_overrides=name in config.envs,
+            onnx_output=config.onnx_output,
+            action_kind=config.action_kind,
+        )
+        for name in config.policies
+    ]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What one policy is fed, whatever the dtype: its batches and its episodes."""
+
+    batches: list[ObsBatch]
+    episodes: list[EpisodeWork]
+
+
+def plan_inputs(config: SweepConfig, policy: PolicyNet) -> Inputs:
+    """The batches and episodes; an environment that does not fit the policy is refused here,
+    before Ray starts."""
+    if config.episodes and policy.info.env_id is not None:
+        check_env(policy.info.env_id, policy.info)
+    return Inputs(plan_batches(config, policy), plan_episodes(config, policy))
+
+
+def plan_units(config: SweepConfig, policies: dict[str, PolicyNet], inputs: dict[str, Inputs], dtypes: dict[str, str]) -> list[Unit]:
+    """Every unit of the sweep; `dtypes` maps each asked dtype to its label on these cards."""
     units = []
     for key, policy in policies.items():
-        works = [BatchWork(b) for b in plan_batches(config, policy)] + plan_episodes(config, policy)
+        batches = inputs[key].batches
         for dtype in config.dtypes:
-            for work in works:
-                units.append(Unit(unit_id(policy, dtype, work), key, dtype, work))
+            label = dtypes[dtype]
+            works: list[Work] = [BatchWork(b) for b in batches]
+            works += [InvarianceWork(largest_normal(batches), rows) for rows in INVARIANCE_ROWS if rows < largest_normal(batches).size]
+            works += inputs[key].episodes
+            units += [Unit(unit_id(policy, label, work), key, label, work) for work in works]
+        if policy.info.onnx_path:
+            units += [Unit(unit_id(policy, LOADER_DTYPE, LoaderWork(b)), key, LOADER_DTYPE, LoaderWork(b)) for b in batches]
     return units
 
 
 def plan_batches(config: SweepConfig, policy: PolicyNet) -> list[ObsBatch]:
     info = policy.info
-    bounds = policy.normalizer.clamp_bounds() if isinstance(policy.normalizer, ObservationNormalizer) else None
     batches = [make_batch(info, "normal", size, config.seed) for size in config.batch_sizes]
     batches.append(make_batch(info, "uniform", UNIFORM_BATCH, config.seed))
-    batches.append(make_batch(info, "edge", EDGE_BATCH, config.seed, bounds))
+    normalizer = policy.normalizer
+    if isinstance(normalizer, ObservationNormalizer):
+        batches.append(make_batch(info, "edge", EDGE_BATCH, config.seed, normalizer.clamp_bounds(), normalizer.clip))
+    else:
+        batches.append(make_batch(info, "edge", EDGE_BATCH, config.seed))
     return batches
 
 
+def largest_normal(batches: list[ObsBatch]) -> ObsBatch:
+    return max((b for b in batches if b.distribution == "normal"), key=lambda b: b.size)
+
+
 def plan_episodes(config: SweepConfig, policy: PolicyNet) -> list[EpisodeWork]:
-    """Closed-loop episodes for discrete policies that name their environment."""
-    if config.episodes == 0 or policy.info.env_id is None or policy.info.action_kind != "discrete":
+    """Closed-loop episodes for policies that have an environment."""
+    if config.episodes == 0 or policy.info.env_id is None:
         return []
     seeds = tuple(range(config.seed, config.seed + config.episodes))
-    return [EpisodeWork(policy.info.env_id, seeds, stochastic) for stochastic in (False, True)]
+    return [EpisodeWork(policy.info.env_id, seeds, stochastic, config.episode_batching) for stochastic in (False, True)]
 
 
-def unit_id(policy: PolicyNet, dtype: str, work: BatchWork | EpisodeWork) -> str:
+def unit_id(policy: PolicyNet, dtype: str, work: Work) -> str:
     text = f"{policy.info.sha256}|{dtype}|{work.name}|{work.input_sha256}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -57,8 +57,12 @@ def new_run_row(
 
 
 def describe_policies(policies: dict[str, PolicyNet]) -> str:
-    """JSON list: each policy's name, format, sha256 of its bytes, and whether it is synthetic."""
+    """JSON list: each policy's name, format, sha256 of its bytes, whether it is synthetic, its
+    environment and where that came from, and what normalizes its observations."""
     return json.dumps([
-        {"name": k, "source": p.info.source, "sha256": p.info.sha256, "synthetic": p.info.synthetic, "detail": p.info.detail}
+        {
+            "name": k, "source": p.info.source, "sha256": p.info.sha256, "synthetic": p.info.synthetic, "detail": p.info.detail,
+            "env_id": p.info.env_id, "env_source": p.info.env_source, "obs_normalization": p.info.obs_normalization,
+        }
         for k, p in policies.items()
     ])

@@ -15,28 +15,59 @@ TABLES = ("runs", "checks", "episodes", "bench")
 
 @dataclass
 class CheckRow:
+    """One comparison. No column means two things: each group below is filled by the kinds of
+    check it belongs to and left null by the others (README, "Results")."""
+
+    # where: the unit, its output, the two sides and the bytes that went in
     unit_id: str
     policy: str
-    dtype: str
+    dtype: str  # the card's dtype, with its precision mode where reduced: float32-tf32, float32-hf32
     workload: str
     output: str
-    kind: str  # cross_card, cpu_reference, onnx_reference, error
+    kind: str  # cross_card, cpu_reference, decisions, tolerance, onnx_reference, batch_invariance, episode_return, error
     device_a: str
     device_b: str
     input_sha256: str
-    bitwise_equal: bool
-    n_elements: int
-    n_mismatch: int
-    max_ulp: int
-    max_abs: float
-    mean_abs: float
-    max_rel: float
-    cosine: float
-    atol: float | None
-    rtol: float | None
-    min_cos: float | None
+    # the verdict: the run passes when every gating row passes
+    gating: bool
     passed: bool
-    detail: str
+    # a against b, element by element (cross_card, tolerance, batch_invariance; cpu_reference and
+    # onnx_reference: a against the float64 golden)
+    bitwise_equal: bool | None = None
+    n_elements: int | None = None
+    n_mismatch: int | None = None
+    max_ulp: int | None = None
+    max_abs: float | None = None
+    mean_abs: float | None = None
+    max_rel: float | None = None
+    cosine: float | None = None
+    # the port rule (cpu_reference, onnx_reference): pass when error_ratio <= ratio_limit and max_ratio <= ratio_limit
+    golden_rmse: float | None = None
+    cpu_golden_rmse: float | None = None
+    rmse_floor: float | None = None
+    error_ratio: float | None = None  # golden_rmse / max(cpu_golden_rmse, rmse_floor)
+    cpu_golden_max_abs: float | None = None
+    max_floor: float | None = None
+    max_ratio: float | None = None  # max_abs / max(cpu_golden_max_abs, max_floor)
+    ratio_limit: float | None = None
+    # the tolerance rule (tolerance): pass when max_abs <= atol + rtol * ref_max_abs and cosine >= min_cos
+    ref_max_abs: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+    min_cos: float | None = None
+    # decisions: pass when every flip is a near-tie, i.e. max_flip_margin <= flip_margin_limit
+    n_flips: int | None = None
+    n_near_ties: int | None = None
+    max_flip_margin: float | None = None
+    flip_margin_limit: float | None = None
+    # episodes (cross_card on trajectories, episode_return)
+    episode_seed: int | None = None
+    first_divergent_step: int | None = None
+    return_a: float | None = None
+    return_b: float | None = None
+    return_rel_diff: float | None = None
+    return_rtol: float | None = None
+    detail: str = ""
 
 
 @dataclass
@@ -47,6 +78,8 @@ class EpisodeRow:
     device: str
     env_id: str
     mode: str  # deterministic or stochastic
+    batching: str  # lockstep (all the unit's episodes in one batch) or single (batch 1)
+    batch_size: int
     episode_seed: int
     episode_return: float
     length: int
