@@ -42,19 +42,17 @@ test: venv
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
 
-# Each test file alone in a fresh process (quick tests), so each proves on its own that the
-# device-backend guard comes before torch; then the slow tests (sweep, bench, CLI, `ray job
-# submit`), which prove it in every process Ray starts. Exit 5 is a file whose tests are all slow.
+# Each test file alone in a fresh process (quick tests, two at a time), so each proves on its
+# own that the device-backend guard comes before torch; then the end-to-end tests of the sweep,
+# the bench and `ray job submit`, which prove it in every process Ray starts (actors, the job's
+# entry point).
+NPU_SLOW := tests/test_sweep.py tests/test_bench.py tests/test_job_submit.py
+
 test-npu-wheel: venv-npu
 	@$(NPU_PY) -c "from importlib.metadata import version as v; import harness.devices as d; \
 		print('torch', v('torch'), '| torch-npu', v('torch-npu'), '| npu available:', *d.npu_available())"
-	@failed=""; for f in tests/test_*.py; do \
-		echo "--- $$f (alone, not slow)"; \
-		$(NPU_PY) -m pytest -q -m "not slow" $(ARGS) $$f; rc=$$?; \
-		[ $$rc -eq 0 ] || [ $$rc -eq 5 ] || failed="$$failed $$f"; \
-	done; \
-	if [ -n "$$failed" ]; then echo "failed with the real torch-npu wheel:$$failed"; exit 1; fi
-	$(NPU_PY) -m pytest -q -ra -m slow $(ARGS)
+	scripts/test_files_alone.sh $(NPU_PY) $(ARGS)
+	$(NPU_PY) -m pytest -q -ra -m slow $(ARGS) $(NPU_SLOW)
 
 bench: venv
 	$(PY) -m benchmarks $(ARGS)

@@ -1,6 +1,8 @@
 """The default sweep's wall time, Ray start included, split into start-up, compute and the
-harness's own overhead (planning, fan-out, comparison, Parquet). Targets: under 60 s in all on
-a 2-core machine, and the overhead under 10% of the total."""
+harness's own overhead (planning, fan-out, comparison, Parquet), and what the CPU reference
+spends on the float64 golden and on each card dtype beside float32 (seconds of the reference
+actor, which runs beside the cards: a share of the wall time, not all of it added to it).
+Targets: under 60 s in all on a 2-core machine, and the overhead under 10% of the total."""
 
 from __future__ import annotations
 
@@ -22,6 +24,8 @@ def run() -> Comparison:
         total = time.perf_counter() - start
     t = outcome.phases
     overhead = t["plan"] + t["fanout"] + t["judge"] + t["write"]
+    reference = outcome.reference_s
+    same_dtype = sum(seconds for dtype, seconds in reference.items() if dtype not in ("float64", "float32"))
     return Comparison(
         name="default sweep wall time (cartpole + huggy-arch, 3 dtypes, 2 simulated cards)",
         measured={
@@ -32,6 +36,9 @@ def run() -> Comparison:
             "overhead: fan-out": f"{t['fanout']:.2f} s",
             "overhead: compare": f"{t['judge']:.2f} s",
             "overhead: write Parquet": f"{t['write']:.2f} s",
+            "CPU reference: float64 golden": f"{reference.get('float64', 0.0):.2f} s ({reference.get('float64', 0.0) / total:.1%} of the wall time)",
+            "CPU reference: float32": f"{reference.get('float32', 0.0):.2f} s ({reference.get('float32', 0.0) / total:.1%})",
+            "CPU reference: float16, bfloat16 (same dtype as the cards)": f"{same_dtype:.2f} s ({same_dtype / total:.1%})",
         },
         ratio=overhead / total,
         ratio_label="harness overhead / total",

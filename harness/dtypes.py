@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from typing import Final
 
+CARD_DTYPES: Final = ("float32", "float16", "bfloat16")
+"""The dtypes a card is asked to compute in, in the order a sweep lists them."""
+
 GOLDEN: Final = "float64"
 """The CPU reference's golden: the whole policy, normalizer and head included, in float64."""
 
@@ -15,6 +18,9 @@ float32: the CPU emulates it for the same-dtype reference of such a card."""
 
 MANTISSA_BITS: Final[dict[str, int]] = {"float32": 23, "float16": 10, "bfloat16": 7, GOLDEN: 52, **REDUCED_FLOAT32}
 """Explicit mantissa bits of each label: its eps is 2 ** -bits."""
+
+LABEL_ORDER: Final = ("float32", *REDUCED_FLOAT32, "float16", "bfloat16")
+"""The order results list dtype labels in: float32 and its reduced modes, then the narrower dtypes."""
 
 
 def base_dtype(label: str) -> str:

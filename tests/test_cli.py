@@ -78,6 +78,15 @@ def test_info_json() -> None:
         (["--cards", "0"], "--cards 0: need at least 1"),
         (["--cards", "two"], "--cards 'two' is not an int"),
         (["--config", "/nope.toml"], "/nope.toml: no such config file"),
+        (["--precision", "fast"], "--precision 'fast' is not one of strict, device-default"),
+        (["--episode-batching", "wide"], "--episode-batching 'wide' is not one of lockstep, single"),
+        (["--tolerance", "float16=0.1"], "--tolerance 'float16=0.1': expected DTYPE=ATOL,RTOL"),
+        (["--tolerance", "float8=0.1,0.1"], "DTYPE one of float32, float16, bfloat16, float32-tf32"),
+        (["--ratio-limits", "5,3,10"], "--ratio-limits '5.0,3.0,10.0': three limits"),
+        (["--action-kind", "maybe"], "--action-kind 'maybe' is not one of discrete, continuous"),
+        (["--inject-fault", "everything:reduced-fp32"], "expected card<N>:<kind> or all:<kind>"),
+        (["--policy", "huggy-arch", "--env", "CartPole-v1"], "environment CartPole-v1 does not fit policy huggy-arch: its observations flatten to 4 values, the policy takes 59"),
+        (["--policy", "huggy-arch", "--env", "CartPol-v1"], "environment 'CartPol-v1' is not registered in gymnasium; did you mean CartPole-v1"),
     ],
 )
 def test_bad_sweep_input_is_exit_2(args: list[str], expected: str, tmp_path: Path) -> None:
@@ -168,11 +177,31 @@ def test_bad_config_file_is_exit_2(tmp_path: Path, text: str, expected: str) -> 
     assert_usage_error(cli("sweep", "--config", str(toml), "--results", str(tmp_path)), expected)
 
 
+def test_the_config_maps_policies_to_environments(tmp_path: Path) -> None:
+    toml = tmp_path / "sweep.toml"
+    toml.write_text('policies = ["cartpole", "huggy-arch"]\nrequire_batch_invariance = true\n[envs]\ncartpole = "CartPole-v1"\n')
+    config = config_from_args(_parse("sweep", "--config", str(toml)), SweepConfig)
+    assert config.envs == {"cartpole": "CartPole-v1"} and config.require_batch_invariance
+    from harness.run.plan import policy_specs
+
+    spec = next(s for s in policy_specs(config) if s.source == "cartpole")
+    assert (spec.env_id, spec.env_overrides) == ("CartPole-v1", True)
+    from harness.policies import PolicySpec, load_policy
+
+    assert load_policy(spec).info.env_id == "CartPole-v1", "a policy's own entry in envs wins over its files"
+    assert load_policy(PolicySpec("cartpole", env_id="CartPole-v1", env_source="--env")).info.env_id == "seals/CartPole-v0", "--env only fills in"
+    toml.write_text('policies = ["cartpole"]\n[envs]\n"model.zip" = "CartPole-v1"\n')
+    assert_usage_error(cli("sweep", "--config", str(toml), "--results", str(tmp_path)), "envs names model.zip, not among the policies")
+    toml.write_text('envs = "CartPole-v1"\n')
+    assert_usage_error(cli("sweep", "--config", str(toml), "--results", str(tmp_path)), "envs must be a table of strings")
+
+
 def test_defaults_live_in_one_place() -> None:
-    from harness.run.options import DEFAULT_POLICIES, DTYPE_ORDER
+    from harness.dtypes import CARD_DTYPES
+    from harness.run.options import DEFAULT_POLICIES
 
     assert SweepConfig().policies == BenchConfig().policies == list(DEFAULT_POLICIES)
-    assert SweepConfig().dtypes == list(DTYPE_ORDER) and BenchConfig().dtypes == ["float32"]
+    assert SweepConfig().dtypes == list(CARD_DTYPES) and BenchConfig().dtypes == ["float32"]
 
 
 def test_export_onnx_command(tmp_path: Path) -> None:
@@ -203,3 +232,15 @@ def test_onnx_with_wrong_shapes_is_exit_2(cases: Path, tmp_path: Path) -> None:
     bad = tmp_path / "wrong-shapes.onnx"
     onnx.save(model, bad)
     assert_usage_error(cli("sweep", "--policy", str(bad), "--results", str(tmp_path)), f"{bad}:")
+
+
+def test_info_lists_each_card_and_the_settings_it_starts_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    import harness.devices
+
+    npu = {"available": True, "reason": "", "devices": ["Ascend910B3", "Ascend910B3"],
+           "runtime": {"cann": "8.1.RC1"}, "settings": {"torch_npu.npu.is_jit_compile_false()": True}}
+    local = {"npu": npu, "cuda": {"available": False, "reason": "no CUDA", "devices": []}, "cpu": {"model": "x", "cores": 2}, "auto": "npu"}
+    monkeypatch.setattr(harness.devices, "describe_local", lambda: local)
+    out = cli("info").stdout
+    assert "npu                available: 2 card(s): Ascend910B3, Ascend910B3" in out
+    assert "cann = 8.1.RC1" in out and "torch_npu.npu.is_jit_compile_false() = True" in out and "auto picks         npu" in out

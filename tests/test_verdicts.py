@@ -229,3 +229,18 @@ def test_an_actor_that_loaded_other_bytes_is_refused(cartpole) -> None:
     theirs = {"label": "sim-cpu1", "node": "b", "policies": {"cartpole": "0" * 64}}
     with pytest.raises(UsageError, match="sim-cpu1 on b loaded other policy bytes than the driver"):
         refuse_other_bytes([mine, theirs], {"cartpole": cartpole})
+
+
+def test_a_card_in_tf32_mode_is_judged_against_a_cpu_that_reduces_the_same_way() -> None:
+    """With --precision device-default a TF32/HF32 card is labelled float32-tf32: its port verdict
+    compares it with the CPU emulating TF32, so a reduced mode signed off on purpose still gets
+    one; judged as float32 the same outputs fail by three orders of magnitude."""
+    from harness.policies.matmul_precision import reduce_float32_matmuls
+
+    huggy = load_policy("huggy-arch")
+    batch = make_batch(huggy.info, "normal", 4096, seed=0)
+    card = run_batch(reduce_float32_matmuls(cast_policy(huggy, "float32")), cpu_reference(), batch.obs, batch.noise)
+    as_tf32 = {c.output: c for c in _judge(huggy, "float32-tf32", batch, {"cuda0": card}) if c.kind == "cpu_reference"}
+    assert all(c.passed for c in as_tf32.values()) and as_tf32["mu"].result.error_ratio <= 1.0
+    as_float32 = {c.output: c for c in _judge(huggy, "float32", batch, {"cuda0": card}) if c.kind == "cpu_reference"}
+    assert not as_float32["mu"].passed and as_float32["mu"].result.error_ratio > 100

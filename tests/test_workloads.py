@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from harness.run.options import SweepConfig
@@ -66,3 +67,17 @@ def test_unit_ids_are_stable_and_distinct() -> None:
 
 def plan_inputs_again(config: SweepConfig, policies: dict) -> dict:
     return {key: plan_inputs(config, policy) for key, policy in policies.items()}
+
+
+def test_float32_on_cards_that_reduce_their_matmuls_is_labelled_so() -> None:
+    from harness.errors import UsageError
+    from harness.run.sweep import dtype_labels
+
+    strict = {"label": "cuda0", "settings": {"torch.backends.cuda.matmul.fp32_precision": "ieee"}}
+    tf32 = {"label": "cuda1", "settings": {"torch.backends.cuda.matmul.fp32_precision": "tf32"}}
+    hf32 = {"label": "npu0", "settings": {"torch_npu.npu.matmul.allow_hf32": True}}
+    assert dtype_labels(["float32", "float16"], [strict, dict(strict, label="cuda2")]) == {"float32": "float32", "float16": "float16"}
+    assert dtype_labels(["float32", "bfloat16"], [tf32]) == {"float32": "float32-tf32", "bfloat16": "bfloat16"}
+    assert dtype_labels(["float32"], [hf32]) == {"float32": "float32-hf32"}
+    with pytest.raises(UsageError, match="different modes"):
+        dtype_labels(["float32"], [strict, tf32])

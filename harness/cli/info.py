@@ -59,10 +59,18 @@ def print_info(as_json: bool, address: str | None) -> None:
     print(f"harness {__version__} on {info['host']}")
     for name, version in info["versions"].items():  # type: ignore[union-attr]
         print(f"  {name:<18} {version or '-'}")
+    # The precision and compile settings each card starts with are what the checklist in the
+    # README ("On a real NPU cluster") reads before a sweep; --json has the same.
     devices = info["devices"]
     for kind in ("npu", "cuda"):
         d = devices[kind]  # type: ignore[index]
-        print(f"  {kind:<18} {'available' if d['available'] else 'no: ' + d['reason']}")
+        if not d["available"]:
+            print(f"  {kind:<18} no: {d['reason']}")
+            continue
+        names = d["devices"]
+        print(f"  {kind:<18} available: {len(names)} card(s): {', '.join(names)}")
+        for key, value in {**d.get("runtime", {}), **d.get("settings", {})}.items():
+            print(f"  {'':<18}   {key} = {value}")
     print(f"  {'cpu':<18} {devices['cpu']['model']} ({devices['cpu']['cores']} cores)")  # type: ignore[index]
     print(f"  {'auto picks':<18} {devices['auto']}")  # type: ignore[index]
     if "ray" in info:

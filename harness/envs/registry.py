@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,7 +39,10 @@ def env_spaces(env_id: str) -> tuple[Space, Space]:
         hint = f"; did you mean {', '.join(close)}?" if close else "; e.g. CartPole-v1, Pendulum-v1, seals/CartPole-v0"
         raise UsageError(f"environment {env_id!r} is not registered in gymnasium{hint}")
     try:
-        env = gym.make(env_id)
+        with warnings.catch_warnings():
+            # gymnasium notes, for every CartPole made, that its float64 bounds became float32.
+            warnings.simplefilter("ignore", UserWarning)
+            env = gym.make(env_id)
     except Exception as exc:  # missing extras (Box2D, MuJoCo) raise DependencyNotInstalled, among others
         raise UsageError(f"environment {env_id} cannot be made: {first_line(exc)}") from exc
     try:

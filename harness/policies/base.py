@@ -15,16 +15,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.dtypes import GOLDEN, REDUCED_FLOAT32
+from harness.dtypes import CARD_DTYPES, GOLDEN, REDUCED_FLOAT32
 
 ActionKind = Literal["discrete", "continuous"]
 
-DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-}
-"""The dtypes a card computes in."""
+DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in CARD_DTYPES}
+"""The dtypes a card computes in, as torch dtypes."""
 
 
 # ML-Agents clamps normalized observations to this range (ml-agents/trainers/torch/networks.py).

@@ -17,6 +17,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
+from harness.dtypes import LABEL_ORDER
 from harness.report.summary import batch_invariance_lines, summarize, verdict_text, worst_text
 
 if TYPE_CHECKING:
@@ -25,13 +26,13 @@ if TYPE_CHECKING:
 
 # The policy's head, the output the reference ports report precision on.
 HEAD_OUTPUTS = ("logits", "mu")
-DTYPES = ("float32", "float32-tf32", "float32-hf32", "float16", "bfloat16")
+
 PAGE = "report.html"
 
 
 def dtype_order(column: str = "dtype") -> str:
     """SQL ORDER BY terms: float32, float16, bfloat16 as a sweep lists them, then any other dtype."""
-    return f"list_position({list(DTYPES)}, {column}) NULLS LAST, {column}"
+    return f"list_position({list(LABEL_ORDER)}, {column}) NULLS LAST, {column}"
 
 
 @dataclass

@@ -8,11 +8,11 @@ from typing import TextIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from harness.dtypes import LABEL_ORDER
 from harness.store.schema import BenchRow
 
 
 KINDS = ("error", "cross_card", "cpu_reference", "decisions", "episode_return", "tolerance", "onnx_reference", "batch_invariance")
-DTYPES = ("float32", "float32-tf32", "float32-hf32", "float16", "bfloat16")
 
 
 def measured_over_limit(row: dict[str, object]) -> float | None:
@@ -61,7 +61,7 @@ def summarize(checks: pa.Table) -> list[dict[str, object]]:
                 g["first_failure"] = f"{row['workload']}/{row['output']} {row['device_a']} vs {row['device_b'] or '-'}: {row['detail']}"
     # The order the sweep was asked in (policies, then dtypes); kinds in a fixed order.
     order = {k: i for i, k in enumerate(dict.fromkeys(r["policy"] for r in rows))}
-    return sorted(groups.values(), key=lambda g: (order[g["policy"]], _position(DTYPES, g["dtype"]), _position(KINDS, g["kind"])))
+    return sorted(groups.values(), key=lambda g: (order[g["policy"]], _position(LABEL_ORDER, g["dtype"]), _position(KINDS, g["kind"])))
 
 
 def verdict_text(group: dict[str, object]) -> str:
@@ -100,7 +100,8 @@ def print_summary(checks: pa.Table, run_id: str, status: str, out: TextIO, witho
     for g in groups:
         print(f"{short_name(str(g['policy'])):<24} {g['dtype']:<13} {g['kind']:<17} {verdict_text(g):<11} {g['checks']:>6} {worst_text(g):>12}", file=out)
     for g in groups:
-        if g["failed"] or g["findings"]:
+        # Batch invariance is the card's property: said once per card below.
+        if (g["failed"] or g["findings"]) and not (g["kind"] == "batch_invariance" and not g["failed"]):
             label = "FAIL" if g["failed"] else "finding (not gating)"
             print(f"  {label} {g['policy']} {g['dtype']} {g['kind']}: {g['first_failure']}", file=out)
     for line in batch_invariance_lines(checks):

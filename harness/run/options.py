@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from harness.dtypes import CARD_DTYPES
 from harness.errors import UsageError
 
 if TYPE_CHECKING:
@@ -25,7 +26,6 @@ if TYPE_CHECKING:
     from harness.judge.golden import RatioLimits
 
 DEFAULT_POLICIES = ("cartpole", "huggy-arch")
-DTYPE_ORDER = ("float32", "float16", "bfloat16")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 EPISODE_BATCHINGS = ("lockstep", "single")
 ACTION_KINDS = ("discrete", "continuous")
@@ -64,7 +64,7 @@ class CommonOptions:
     )
     accelerator: str = option("--accelerator", "auto picks npu, then cuda, then simulated cpu cards", "auto", metavar="{auto,npu,cuda,cpu}")
     cards: int | None = option("--cards", "number of cards (default: all the cluster has; 2 simulated on cpu)", None, type=int, metavar="N")
-    dtypes: list[str] = option("--dtypes", "comma-separated dtypes of the card forward", DTYPE_ORDER, "csv", metavar="DTYPE,DTYPE")
+    dtypes: list[str] = option("--dtypes", "comma-separated dtypes of the card forward", CARD_DTYPES, "csv", metavar="DTYPE,DTYPE")
     batch_sizes: list[int] = option("--batch-sizes", "comma-separated batch sizes", [1, 8, 4096], "csv", int, metavar="N,N")
     seed: int = option("--seed", "seed of every batch, noise draw and episode", 0, type=int, metavar="N")
     threads: int = option("--threads", "torch threads in each actor (bitwise results depend on it)", 1, type=int, metavar="N")

@@ -78,7 +78,8 @@ class RunWriter:
     def stage_unit(self, unit_id: str, checks: list[CheckRow], episodes: list[EpisodeRow]) -> None:
         # The marker is written last: a unit counts as done only once all its rows are on disk.
         write_atomic(to_table("checks", checks), self.staging / f"{unit_id}.checks.parquet")
-        write_atomic(to_table("episodes", episodes), self.staging / f"{unit_id}.episodes.parquet")
+        if episodes:  # most units play none: no file rather than an empty one
+            write_atomic(to_table("episodes", episodes), self.staging / f"{unit_id}.episodes.parquet")
         (self.staging / f"{unit_id}.done").touch()
 
     def done_units(self) -> set[str]:
@@ -91,7 +92,8 @@ class RunWriter:
         done = sorted(self.done_units())
         merged = []
         for table in ("checks", "episodes"):
-            parts = [pq.read_table(self.staging / f"{u}.{table}.parquet", schema=SCHEMAS[table]) for u in done]
+            files = [self.staging / f"{u}.{table}.parquet" for u in done]
+            parts = [pq.read_table(f, schema=SCHEMAS[table]) for f in files if f.exists()]
             merged_table = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
             write_atomic(merged_table, table_dir(self.results, table, self.run_id) / "part-0.parquet")
             merged.append(merged_table)
