@@ -90,13 +90,14 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         gating = checks.filter(checks.column("gating"))
         passed = bool(gating.num_rows) and all(gating.column("passed").to_pylist())
         status = "passed" if passed else "failed"
+        unplayed = without_episodes(config, policies)
         summary = {
             "units": len(units), "resumed_units": len(units) - len(todo), "dead_cards": dead,
             "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
-            "without_episodes": without_episodes(config, policies),
+            "without_episodes": unplayed,
         }
         writer.write_run(finish_run_row(run_row, status, summary, phases))
-    print_summary(checks, run_id, status, sys.stdout, without_episodes(config, policies))
+    print_summary(checks, run_id, status, sys.stdout, unplayed)
     return SweepOutcome(run_id, passed, status, table_dir(results, "checks", run_id), phases, reference_s)
 
 
