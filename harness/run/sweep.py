@@ -228,7 +228,8 @@ def _submit_references(placement: Placement, unit: Unit, cache: dict[tuple[str, 
     ref, work = placement.reference, unit.work
 
     def once(dtype: str, submit) -> ray.ObjectRef:
-        key = (unit.policy, work.name if not isinstance(work, LoaderWork) else work.batch.name, dtype)
+        # Keyed by the input's bytes: a batch unit and the loader unit of the same batch share them.
+        key = (unit.policy, work.input_sha256, dtype)
         if key not in cache:
             cache[key] = submit()
         return cache[key]
