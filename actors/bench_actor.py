@@ -54,6 +54,7 @@ class BenchActor:
         stats = measure_latency(self._decide(key, dtype, obs, noise), self._sync, budget_s)
         self._warm.add((key, dtype, tuple(a.shape for a in obs)))
         return stats
+
     def warm_up(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> None:
         """Compile and cache before a throughput window, so no card spends its window compiling.
         Shapes are compiled once per card: what a latency run already warmed is not run again."""
@@ -69,5 +70,7 @@ class BenchActor:
         calls, elapsed, cpu = run_for(body, self._sync, start_at, duration_s)
         return Throughput(calls, calls * len(obs[0]), elapsed, cpu)
 
-    def closed_loop(self, key: str, dtype: str, env_id: str, env_impl: str | None, n_envs: int, seed: int, duration_s: float) -> ClosedLoop:
+    def closed_loop(
+        self, key: str, dtype: str, env_id: str, env_impl: str | None, n_envs: int, seed: int, duration_s: float
+    ) -> ClosedLoop:
         return closed_loop(self.runner.policy(key, dtype), self.device, env_id, env_impl, n_envs, seed, duration_s)

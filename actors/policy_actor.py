@@ -46,7 +46,9 @@ class PolicyActor:
         maybe_crash(self.faults, self.crash_marker)
         return self.runner.run_batch(key, dtype, obs, noise)
 
-    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str) -> list[EpisodeOutput]:
+    def run_episodes(
+        self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str
+    ) -> list[EpisodeOutput]:
         maybe_crash(self.faults, self.crash_marker)
         return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic, batching)
 

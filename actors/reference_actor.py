@@ -15,6 +15,7 @@ from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import PolicySpec
 from harness.policies.onnx_any import OnnxReference, onnx_reference
 
+
 class ReferenceActor:
     def __init__(self, policies: list[PolicySpec], threads: int) -> None:
         self.runner = Runner(cpu_reference(), policies, threads)
@@ -33,7 +34,9 @@ class ReferenceActor:
         finally:
             self._seconds[dtype] += time.perf_counter() - start
 
-    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str) -> list[EpisodeOutput]:
+    def run_episodes(
+        self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str
+    ) -> list[EpisodeOutput]:
         return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic, batching)
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:

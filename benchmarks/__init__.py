@@ -41,7 +41,11 @@ class Comparison:
         lines = [f"== {self.name}"]
         lines += [f"   {label:<{width}}  {value}" for label, value in self.measured.items()]
         relation = ">=" if self.higher_is_better else "<"
-        verdict = f"SUSPECT: past the honest limit {self.limit:g}, so the two sides differ in more than the harness" if self.suspect else ("MET" if self.met else "NOT MET")
+        verdict = (
+            f"SUSPECT: past the honest limit {self.limit:g}, so the two sides differ in more than the harness"
+            if self.suspect
+            else ("MET" if self.met else "NOT MET")
+        )
         lines.append(f"   {self.ratio_label}: {self.ratio:.3g} (target {relation} {self.target:g}): {verdict}")
         if self.notes:
             lines.append(f"   {self.notes}")

@@ -6,7 +6,15 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ("sweep_wall_time", "ratio_limits", "episode_batching", "closed_loop_vs_sb3", "ray_vs_in_process", "card_scaling", "timer_overhead")
+BENCHMARKS = (
+    "sweep_wall_time",
+    "ratio_limits",
+    "episode_batching",
+    "closed_loop_vs_sb3",
+    "ray_vs_in_process",
+    "card_scaling",
+    "timer_overhead",
+)
 
 
 def main(names: list[str]) -> int:

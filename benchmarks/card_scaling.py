@@ -30,14 +30,18 @@ TARGET = 0.85
 
 def run() -> Comparison:
     policies = {name: load_policy(name) for name in LARGE}
-    work = [Work(name, "float32", make_batch(policies[name].info, "normal", size, 0)) for name, sizes in LARGE.items() for size in sizes]
+    work = [
+        Work(name, "float32", make_batch(policies[name].info, "normal", size, 0))
+        for name, sizes in LARGE.items()
+        for size in sizes
+    ]
     with bench_cards(None, "cpu", 2, [PolicySpec(name) for name in LARGE], policies, threads=1) as cards:
         repeats = [measure_scaling(cards, [1, 2], work, WINDOW_S, tqdm(disable=True)) for _ in range(REPEATS)]
     measured, efficiencies = {}, []
     for i, w in enumerate(work):
         pairs = [(rows[2 * i], rows[2 * i + 1]) for rows in repeats]
         each = [two.scaling_efficiency for _, two in pairs]
-        best_one, best_two = (max(r.decisions_per_s for r in side) for side in zip(*pairs))
+        best_one, best_two = (max(r.decisions_per_s for r in side) for side in zip(*pairs, strict=True))
         shares = [share for _, two in pairs for share in json.loads(two.detail)["per_card_cpu_share"]]
         efficiencies.append(statistics.median(each))
         measured[f"{w.policy} batch {w.batch.size}"] = (
@@ -46,7 +50,8 @@ def run() -> Comparison:
             f"CPU share of a card while 2 ran: median {statistics.median(shares):.2f}"
         )
     return Comparison(
-        name=f"scaling, 2 simulated cards vs 1 ({WINDOW_S:g} s windows, median of {REPEATS} pairs, 1 thread per card, 2 cores)",
+        name=f"scaling, 2 simulated cards vs 1 ({WINDOW_S:g} s windows, median of {REPEATS} pairs, 1 thread per card, "
+        "2 cores)",
         measured=measured,
         ratio=min(efficiencies),
         ratio_label="smallest median scaling efficiency tput(2) / (2 * tput(1))",

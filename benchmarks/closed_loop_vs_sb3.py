@@ -53,7 +53,9 @@ def sb3_evaluate() -> tuple[float, np.ndarray, np.ndarray]:
     start = time.perf_counter()
     for group in range(0, EPISODES, SB3_ENVS):
         env.seed(group)
-        rewards, lengths = evaluate_policy(model, env, n_eval_episodes=SB3_ENVS, deterministic=True, return_episode_rewards=True, callback=record)
+        rewards, lengths = evaluate_policy(
+            model, env, n_eval_episodes=SB3_ENVS, deterministic=True, return_episode_rewards=True, callback=record
+        )
         returns += rewards
         steps += sum(lengths)
     return steps / (time.perf_counter() - start), np.asarray(returns, dtype=np.float64), actions
@@ -66,10 +68,18 @@ def run() -> Comparison:
         sb3_rate, sb3_returns, sb3_actions = sb3_evaluate()
         with bench_cards(None, "cpu", 1, [PolicySpec("cartpole")], {"cartpole": load_policy("cartpole")}, threads=1) as cards:
             actor = cards[0].actor
-            runs = ray.get([actor.closed_loop.remote("cartpole", "float32", ENV_ID, "numpy", EPISODES, 0, 0.0) for _ in range(HARNESS_REPEATS)])
+            runs = ray.get(
+                [
+                    actor.closed_loop.remote("cartpole", "float32", ENV_ID, "numpy", EPISODES, 0, 0.0)
+                    for _ in range(HARNESS_REPEATS)
+                ]
+            )
             seals_run = ray.get(actor.closed_loop.remote("cartpole", "float32", ENV_ID, "gymnasium", EPISODES, 0, 0.0))
     harness_rate = statistics.median(r.decisions_per_s for r in runs)
-    same = all(np.array_equal(r.returns, sb3_returns) and np.array_equal(np.stack([e.actions for e in r.first_round]), sb3_actions) for r in [*runs, seals_run])
+    same = all(
+        np.array_equal(r.returns, sb3_returns) and np.array_equal(np.stack([e.actions for e in r.first_round]), sb3_actions)
+        for r in [*runs, seals_run]
+    )
     return Comparison(
         name=f"closed-loop cartpole, {EPISODES} seeded episodes: harness (1 card) vs SB3 evaluate_policy ({SB3_ENVS} envs)",
         measured={

@@ -25,8 +25,15 @@ DEVICES = 3  # two cards and the CPU reference play every episode
 
 def after_startup(episodes: int, batching: str) -> tuple[float, bool]:
     """Seconds from the actors being ready to the run written, and whether it passed."""
-    config = SweepConfig(policies=["cartpole"], dtypes=["float32"], batch_sizes=[1], episodes=episodes, episode_batching=batching,
-                         accelerator="cpu", progress=False)
+    config = SweepConfig(
+        policies=["cartpole"],
+        dtypes=["float32"],
+        batch_sizes=[1],
+        episodes=episodes,
+        episode_batching=batching,
+        accelerator="cpu",
+        progress=False,
+    )
     with tempfile.TemporaryDirectory() as results:
         config.results = results
         start = time.perf_counter()

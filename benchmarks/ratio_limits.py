@@ -31,12 +31,20 @@ SEEDS = range(6)
 DISTRIBUTIONS = ("normal", "uniform")
 DTYPES = ("float32", "float16", "bfloat16")
 CASES = Path(__file__).resolve().parents[2] / "shared" / "cases"
-PATHS = {"MKL_CBWR=AVX2": {"MKL_CBWR": "AVX2"}, "3 threads": {"HARNESS_BENCH_THREADS": "3"}, "6 threads": {"HARNESS_BENCH_THREADS": "6"}}
+PATHS = {
+    "MKL_CBWR=AVX2": {"MKL_CBWR": "AVX2"},
+    "3 threads": {"HARNESS_BENCH_THREADS": "3"},
+    "6 threads": {"HARNESS_BENCH_THREADS": "6"},
+}
 
 
 def policy_names() -> list[str]:
     names = ["cartpole", "huggy-arch"]
-    names += [str(p) for p in (CASES / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip", CASES / "mlagents-3DBall" / "3DBall.onnx") if p.is_file()]
+    names += [
+        str(p)
+        for p in (CASES / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip", CASES / "mlagents-3DBall" / "3DBall.onnx")
+        if p.is_file()
+    ]
     return names
 
 
@@ -76,15 +84,28 @@ def _in_process_with(env: dict[str, str], jobs: list) -> list[dict[str, np.ndarr
 
 def run() -> Comparison:
     limits = RatioLimits()
-    jobs = [(p, d, dist, size, seed) for p in policy_names() for d in DTYPES for dist in DISTRIBUTIONS for size in SIZES for seed in SEEDS]
+    jobs = [
+        (p, d, dist, size, seed)
+        for p in policy_names()
+        for d in DTYPES
+        for dist in DISTRIBUTIONS
+        for size in SIZES
+        for seed in SEEDS
+    ]
     golden = _in_process_with({}, [(p, "float64", dist, size, seed) for p, _, dist, size, seed in jobs])
     reference = _in_process_with({}, jobs)
     worst: dict[tuple[str, str], tuple[float, str]] = defaultdict(lambda: (0.0, ""))
     for path, env in PATHS.items():
-        for job, card, cpu, gold in zip(jobs, _in_process_with(env, jobs), reference, golden):
+        for job, card, cpu, gold in zip(jobs, _in_process_with(env, jobs), reference, golden, strict=True):
             for name, values in card.items():
                 c = compare_to_golden(values, cpu[name], gold[name], job[1], limits)
-                klass = "n >= 1000" if c.n_elements >= limits.LARGE_N else "n >= 100" if c.n_elements >= limits.MEDIUM_N else "n < 100"
+                klass = (
+                    "n >= 1000"
+                    if c.n_elements >= limits.LARGE_N
+                    else "n >= 100"
+                    if c.n_elements >= limits.MEDIUM_N
+                    else "n < 100"
+                )
                 ratio = max(c.error_ratio, c.max_ratio)
                 if ratio > worst[job[1], klass][0]:
                     where = f"{Path(job[0]).name} {job[2]}-b{job[3]}-s{job[4]} {name}, {path}"

@@ -85,7 +85,10 @@ def run() -> Comparison:
             ray_rate, ray_out = _ray_round(actor, batches)
             plain_rates.append(plain_rate)
             ray_rates.append(ray_rate)
-            identical &= all(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a) for a, b in zip(plain_out, ray_out))
+            identical &= all(
+                a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
+                for a, b in zip(plain_out, ray_out, strict=True)
+            )
     local, remote = statistics.median(plain_rates), statistics.median(ray_rates)
     return Comparison(
         name=f"cartpole forward at batch {BATCH}: through Ray (1 card actor) vs a plain process",

@@ -26,17 +26,19 @@ def run() -> Comparison:
     overhead = t["plan"] + t["fanout"] + t["judge"] + t["write"]
     reference = outcome.reference_s
     same_dtype = sum(seconds for dtype, seconds in reference.items() if dtype not in ("float64", "float32"))
+    met = "met" if total < TARGET_TOTAL_S else "NOT met"
     return Comparison(
         name="default sweep wall time (cartpole + huggy-arch, 3 dtypes, 2 simulated cards)",
         measured={
-            "total": f"{total:.1f} s (target < {TARGET_TOTAL_S:.0f} s: {'met' if total < TARGET_TOTAL_S else 'NOT met'}), verdict {outcome.status}",
+            "total": f"{total:.1f} s (target < {TARGET_TOTAL_S:.0f} s: {met}), verdict {outcome.status}",
             "start-up (Ray, actors ready)": f"{t['startup']:.1f} s",
             "compute (waiting on actors)": f"{t['compute']:.1f} s",
             "overhead: plan": f"{t['plan']:.2f} s",
             "overhead: fan-out": f"{t['fanout']:.2f} s",
             "overhead: compare": f"{t['judge']:.2f} s",
             "overhead: write Parquet": f"{t['write']:.2f} s",
-            "CPU reference: float64 golden": f"{reference.get('float64', 0.0):.2f} s ({reference.get('float64', 0.0) / total:.1%} of the wall time)",
+            "CPU reference: float64 "
+            "golden": f"{reference.get('float64', 0.0):.2f} s ({reference.get('float64', 0.0) / total:.1%} of the wall time)",
             "CPU reference: float32": f"{reference.get('float32', 0.0):.2f} s ({reference.get('float32', 0.0) / total:.1%})",
             "CPU reference: float16, bfloat16 (same dtype as the cards)": f"{same_dtype:.2f} s ({same_dtype / total:.1%})",
         },

@@ -13,10 +13,10 @@ from pathlib import Path
 # importing `harness` sets the device-backend guard before anything can import torch.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.cli import Parser  # noqa: E402
-from harness.cli import sweep as sweep_command  # noqa: E402
-from harness.errors import UsageError  # noqa: E402
-from harness.run.options import SweepConfig, add_arguments  # noqa: E402
+from harness.cli import Parser
+from harness.cli import sweep as sweep_command
+from harness.errors import UsageError
+from harness.run.options import SweepConfig, add_arguments
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -66,10 +66,25 @@ def ray_head() -> Head:
     port, dashboard = free_port(), free_port()
     ray = str(bin_dir / "ray")
     subprocess.run(
-        [ray, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-         "--resources", json.dumps({"NPU": SESSION_CARDS}), "--include-dashboard=true", "--dashboard-host=127.0.0.1",
-         f"--dashboard-port={dashboard}", f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats"],
-        env=env, check=True, capture_output=True, timeout=120,
+        [
+            ray,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--resources",
+            json.dumps({"NPU": SESSION_CARDS}),
+            "--include-dashboard=true",
+            "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={dashboard}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=120,
     )
     try:
         yield Head(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}", env)
@@ -88,8 +103,20 @@ class SharedSweeps:
 
     def run(self, run_id: str, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
         if run_id not in self.procs:
-            proc = run_harness("sweep", *args, "--results", str(self.results), "--run-id", run_id, "--address", self.head.address,
-                               "--accelerator", "cpu", "--no-progress", env=self.head.env)
+            proc = run_harness(
+                "sweep",
+                *args,
+                "--results",
+                str(self.results),
+                "--run-id",
+                run_id,
+                "--address",
+                self.head.address,
+                "--accelerator",
+                "cpu",
+                "--no-progress",
+                env=self.head.env,
+            )
             assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
             self.procs[run_id] = proc
         return self.procs[run_id]

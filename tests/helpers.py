@@ -21,7 +21,11 @@ def harness(*args: str, timeout: float = 300, env: dict[str, str] | None = None)
     """`harness ARGS` as a user runs it, in a fresh interpreter."""
     return subprocess.run(
         [sys.executable, "-m", "harness", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
     )
 
 

@@ -59,7 +59,9 @@ def test_closed_loop_plays_the_same_episodes_as_the_sweep(env_impl: str) -> None
     assert result.decisions == 3 * HORIZON and result.steps == HORIZON and result.decisions_per_s > 0
     assert result.seeds.tolist() == [11, 12, 13]
     for batching in ("lockstep", "single"):
-        for loop, sweep in zip(result.first_round, run_episodes(policy, device, ENV_ID, [11, 12, 13], False, batching)):
+        for loop, sweep in zip(
+            result.first_round, run_episodes(policy, device, ENV_ID, [11, 12, 13], False, batching), strict=True
+        ):
             assert loop.episode_seed == sweep.episode_seed and loop.episode_return == sweep.episode_return
             assert loop.actions_sha256 == sweep.actions_sha256, f"seed {loop.episode_seed}, {batching}"
     assert result.returns.tolist() == [e.episode_return for e in result.first_round]
@@ -71,9 +73,30 @@ def test_bench_writes_sane_rows(ray_head: Head, tmp_path: Path) -> None:
     sizes = [1, 64]
     model = shutil.copy(CARTPOLE_ZIP, tmp_path / "model.zip")
     done = cli(
-        "bench", "--policy", "cartpole", "--policy", str(model), "--env", "seals/CartPole-v0", "--accelerator", "cpu", "--cards", "2",
-        "--card-counts", "1,2", "--batch-sizes", ",".join(map(str, sizes)), "--duration", "0.05", "--results", str(tmp_path),
-        "--run-id", "t1", "--no-progress", "--address", ray_head.address,
+        "bench",
+        "--policy",
+        "cartpole",
+        "--policy",
+        str(model),
+        "--env",
+        "seals/CartPole-v0",
+        "--accelerator",
+        "cpu",
+        "--cards",
+        "2",
+        "--card-counts",
+        "1,2",
+        "--batch-sizes",
+        ",".join(map(str, sizes)),
+        "--duration",
+        "0.05",
+        "--results",
+        str(tmp_path),
+        "--run-id",
+        "t1",
+        "--no-progress",
+        "--address",
+        ray_head.address,
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "run t1:" in done.stdout
@@ -100,7 +123,9 @@ def test_bench_writes_sane_rows(ray_head: Head, tmp_path: Path) -> None:
     assert throughput[64, 2]["device"] == "sim-cpu0,sim-cpu1"
 
     loops = [r for r in rows if r["mode"] == "closed_loop"]
-    assert sorted((r["policy"], r["batch_size"]) for r in loops) == sorted((p, b) for p in ("cartpole", str(model)) for b in sizes)
+    assert sorted((r["policy"], r["batch_size"]) for r in loops) == sorted(
+        (p, b) for p in ("cartpole", str(model)) for b in sizes
+    )
     for r in loops:
         detail = json.loads(r["detail"])
         assert r["decisions_per_s"] > 0 and detail["env_impl"] == "auto" and detail["episodes"] % r["batch_size"] == 0

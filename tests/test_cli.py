@@ -38,7 +38,7 @@ def test_a_subcommand_that_fails_to_import_fails_the_command_line(monkeypatch: p
 
     monkeypatch.setitem(sys.modules, "harness.cli.report", None)  # `import harness.cli.report` now raises
     monkeypatch.delattr(harness.cli, "report")
-    with pytest.raises(ImportError, match="harness.cli.report"):
+    with pytest.raises(ImportError, match=r"harness\.cli\.report"):
         importlib.reload(harness.cli)
     monkeypatch.undo()
     importlib.reload(harness.cli)
@@ -85,8 +85,15 @@ def test_info_json() -> None:
         (["--ratio-limits", "5,3,10"], "--ratio-limits '5.0,3.0,10.0': three limits"),
         (["--action-kind", "maybe"], "--action-kind 'maybe' is not one of discrete, continuous"),
         (["--inject-fault", "everything:reduced-fp32"], "expected card<N>:<kind> or all:<kind>"),
-        (["--policy", "huggy-arch", "--env", "CartPole-v1"], "environment CartPole-v1 does not fit policy huggy-arch: its observations flatten to 4 values, the policy takes 59"),
-        (["--policy", "huggy-arch", "--env", "CartPol-v1"], "environment 'CartPol-v1' is not registered in gymnasium; did you mean CartPole-v1"),
+        (
+            ["--policy", "huggy-arch", "--env", "CartPole-v1"],
+            "environment CartPole-v1 does not fit policy huggy-arch: its observations flatten to 4 values, the policy "
+            "takes 59",
+        ),
+        (
+            ["--policy", "huggy-arch", "--env", "CartPol-v1"],
+            "environment 'CartPol-v1' is not registered in gymnasium; did you mean CartPole-v1",
+        ),
     ],
 )
 def test_bad_sweep_input_is_exit_2(args: list[str], expected: str, tmp_path: Path) -> None:
@@ -97,7 +104,10 @@ def test_bad_sweep_input_is_exit_2(args: list[str], expected: str, tmp_path: Pat
 def test_npu_asked_for_where_there_is_none_is_exit_2(tmp_path: Path) -> None:
     if _npu_present():
         pytest.skip("this machine has an NPU")
-    assert_usage_error(cli("sweep", "--accelerator", "npu", "--results", str(tmp_path)), "--accelerator npu asked for, but torch_npu is not importable")
+    assert_usage_error(
+        cli("sweep", "--accelerator", "npu", "--results", str(tmp_path)),
+        "--accelerator npu asked for, but torch_npu is not importable",
+    )
 
 
 @pytest.mark.parametrize(
@@ -124,7 +134,9 @@ def test_results_that_is_a_file_is_exit_2_before_ray_starts(command: str, tmp_pa
     not_a_folder = tmp_path / "results"
     not_a_folder.write_text("a file")
     start = time.monotonic()
-    assert_usage_error(cli(command, "--accelerator", "cpu", "--results", str(not_a_folder)), f"--results {not_a_folder}: is a file")
+    assert_usage_error(
+        cli(command, "--accelerator", "cpu", "--results", str(not_a_folder)), f"--results {not_a_folder}: is a file"
+    )
     assert time.monotonic() - start < 5 and not ray.is_initialized()
     assert not_a_folder.read_text() == "a file"
 
@@ -152,7 +164,13 @@ def test_config_file_is_read_by_both_commands_and_flags_win(tmp_path: Path) -> N
     toml = tmp_path / "run.toml"
     toml.write_text('policies = ["cartpole"]\ndtypes = ["float16"]\nbatch_sizes = "1,64"\nthreads = 2\n')
     sweep = config_from_args(_parse("sweep", "--config", str(toml), "--threads", "3"), SweepConfig)
-    assert (sweep.policies, sweep.dtypes, sweep.batch_sizes, sweep.threads, sweep.episodes) == (["cartpole"], ["float16"], [1, 64], 3, 4)
+    assert (sweep.policies, sweep.dtypes, sweep.batch_sizes, sweep.threads, sweep.episodes) == (
+        ["cartpole"],
+        ["float16"],
+        [1, 64],
+        3,
+        4,
+    )
     toml.write_text(toml.read_text() + "duration = 1\ncard_counts = [1, 2]\n")
     bench = config_from_args(_parse("bench", "--config", str(toml)), BenchConfig)
     assert (bench.policies, bench.dtypes, bench.duration, bench.card_counts) == (["cartpole"], ["float16"], 1.0, [1, 2])
@@ -179,7 +197,9 @@ def test_bad_config_file_is_exit_2(tmp_path: Path, text: str, expected: str) -> 
 
 def test_the_config_maps_policies_to_environments(tmp_path: Path) -> None:
     toml = tmp_path / "sweep.toml"
-    toml.write_text('policies = ["cartpole", "huggy-arch"]\nrequire_batch_invariance = true\n[envs]\ncartpole = "CartPole-v1"\n')
+    toml.write_text(
+        'policies = ["cartpole", "huggy-arch"]\nrequire_batch_invariance = true\n[envs]\ncartpole = "CartPole-v1"\n'
+    )
     config = config_from_args(_parse("sweep", "--config", str(toml)), SweepConfig)
     assert config.envs == {"cartpole": "CartPole-v1"} and config.require_batch_invariance
     from harness.run.plan import policy_specs
@@ -189,9 +209,13 @@ def test_the_config_maps_policies_to_environments(tmp_path: Path) -> None:
     from harness.policies import PolicySpec, load_policy
 
     assert load_policy(spec).info.env_id == "CartPole-v1", "a policy's own entry in envs wins over its files"
-    assert load_policy(PolicySpec("cartpole", env_id="CartPole-v1", env_source="--env")).info.env_id == "seals/CartPole-v0", "--env only fills in"
+    assert load_policy(PolicySpec("cartpole", env_id="CartPole-v1", env_source="--env")).info.env_id == "seals/CartPole-v0", (
+        "--env only fills in"
+    )
     toml.write_text('policies = ["cartpole"]\n[envs]\n"model.zip" = "CartPole-v1"\n')
-    assert_usage_error(cli("sweep", "--config", str(toml), "--results", str(tmp_path)), "envs names model.zip, not among the policies")
+    assert_usage_error(
+        cli("sweep", "--config", str(toml), "--results", str(tmp_path)), "envs names model.zip, not among the policies"
+    )
     toml.write_text('envs = "CartPole-v1"\n')
     assert_usage_error(cli("sweep", "--config", str(toml), "--results", str(tmp_path)), "envs must be a table of strings")
 
@@ -216,7 +240,10 @@ def test_cluster_yaml_is_valid_for_the_local_provider() -> None:
     config = yaml.safe_load((REPO / "cluster.yaml").read_text())
     assert config["provider"]["type"] == "local" and "available_node_types" not in config
     validate_config(prepare_config(config))  # what `ray up cluster.yaml` does first
-    assert all('--resources=\'{"NPU"' in cmd for cmd in config["head_start_ray_commands"][1:] + config["worker_start_ray_commands"][1:])
+    assert all(
+        '--resources=\'{"NPU"' in cmd
+        for cmd in config["head_start_ray_commands"][1:] + config["worker_start_ray_commands"][1:]
+    )
 
 
 def test_onnx_with_wrong_shapes_is_exit_2(cases: Path, tmp_path: Path) -> None:
@@ -237,9 +264,19 @@ def test_onnx_with_wrong_shapes_is_exit_2(cases: Path, tmp_path: Path) -> None:
 def test_info_lists_each_card_and_the_settings_it_starts_with(monkeypatch: pytest.MonkeyPatch) -> None:
     import harness.devices
 
-    npu = {"available": True, "reason": "", "devices": ["Ascend910B3", "Ascend910B3"],
-           "runtime": {"cann": "8.1.RC1"}, "settings": {"torch_npu.npu.is_jit_compile_false()": True}}
-    local = {"npu": npu, "cuda": {"available": False, "reason": "no CUDA", "devices": []}, "cpu": {"model": "x", "cores": 2}, "auto": "npu"}
+    npu = {
+        "available": True,
+        "reason": "",
+        "devices": ["Ascend910B3", "Ascend910B3"],
+        "runtime": {"cann": "8.1.RC1"},
+        "settings": {"torch_npu.npu.is_jit_compile_false()": True},
+    }
+    local = {
+        "npu": npu,
+        "cuda": {"available": False, "reason": "no CUDA", "devices": []},
+        "cpu": {"model": "x", "cores": 2},
+        "auto": "npu",
+    }
     monkeypatch.setattr(harness.devices, "describe_local", lambda: local)
     out = cli("info").stdout
     assert "npu                available: 2 card(s): Ascend910B3, Ascend910B3" in out

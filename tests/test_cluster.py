@@ -62,7 +62,9 @@ def test_too_few_cards_fails_at_once_listing_what_the_cluster_has(two_nodes, tmp
     assert time.monotonic() - start < 30
 
 
-def test_unplaceable_cards_fail_within_the_placement_timeout(two_nodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unplaceable_cards_fail_within_the_placement_timeout(
+    two_nodes, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Enough cards in total, but STRICT_PACK wants them on one node: no such node exists. The
     30 s of a real run are shortened here; the wait is the same code."""
     assert harness.run.place.PLACEMENT_TIMEOUT_S == 30.0
@@ -100,9 +102,32 @@ def test_a_dead_heads_address_file_does_not_make_the_sweep_join_it(tmp_path: Pat
     address_file.write_text("127.0.0.1:1")  # nothing listens there
     try:
         env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-        proc = subprocess.run([sys.executable, "-m", "harness", "sweep", "--policy", "cartpole", "--dtypes", "float32",
-                               "--episodes", "0", "--batch-sizes", "1", "--accelerator", "cpu", "--no-progress",
-                               "--results", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "harness",
+                "sweep",
+                "--policy",
+                "cartpole",
+                "--dtypes",
+                "float32",
+                "--episodes",
+                "0",
+                "--batch-sizes",
+                "1",
+                "--accelerator",
+                "cpu",
+                "--no-progress",
+                "--results",
+                str(tmp_path),
+            ],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         if saved is None:
             address_file.unlink(missing_ok=True)

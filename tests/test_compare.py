@@ -311,9 +311,7 @@ def test_empty_arrays_are_clean():
     assert c.passed and c.n_elements == 0 and c.n_flips == 0 and c.max_flip_margin is None
 
 
-@pytest.mark.parametrize(
-    ("dtype", "observed"), [("float32", 1.1e-6), ("float16", 1.1e-3), ("bfloat16", 1.07e-2)]
-)
+@pytest.mark.parametrize(("dtype", "observed"), [("float32", 1.1e-6), ("float16", 1.1e-3), ("bfloat16", 1.07e-2)])
 def test_default_tolerances_pass_the_observed_precision_and_fail_a_hundred_times_it(dtype, observed):
     reference = np.linspace(-1.0, 1.0, 21)
     tol = TOLERANCES[dtype]
@@ -386,7 +384,8 @@ def test_hard_flips_fail():
     c = compare_decisions(actions, REF_ACTIONS, LOGITS, 0.01)
     assert not c.passed and (c.n_flips, c.n_near_ties) == (1, 0) and c.max_flip_margin == 2.0
     assert c.detail == (
-        "1 of 4 decisions flipped beyond their margin limit, first at [0]: action 1, reference 0 (reference margin 2, limit 0.01)"
+        "1 of 4 decisions flipped beyond their margin limit, first at [0]: action 1, reference 0 (reference margin 2, "
+        "limit 0.01)"
     )
     assert compare_decisions(actions, REF_ACTIONS, LOGITS, 2.0).passed  # the limit is inclusive
 

@@ -29,9 +29,13 @@ def bit_arrays(draw, n_arrays: int = 2, dtype: np.dtype | None = None) -> tuple[
     width = 8 * dtype.itemsize
     size = draw(st.integers(0, 12))
     pool = draw(st.lists(st.integers(0, 2**width - 1), min_size=1, max_size=6))
-    special = [0, 1, 2**(width - 1), 2**(width - 1) + 1, *(
-        int(np.array(v, dtype=dtype).view(f"u{dtype.itemsize}")) for v in (np.inf, -np.inf, np.nan)
-    )]
+    special = [
+        0,
+        1,
+        2 ** (width - 1),
+        2 ** (width - 1) + 1,
+        *(int(np.array(v, dtype=dtype).view(f"u{dtype.itemsize}")) for v in (np.inf, -np.inf, np.nan)),
+    ]
     element = st.one_of(st.integers(0, 2**width - 1), st.sampled_from(pool), st.sampled_from(special))
     return tuple(
         np.array(draw(st.lists(element, min_size=size, max_size=size)), dtype=f"u{dtype.itemsize}").view(dtype)
@@ -184,5 +188,5 @@ def test_integer_distance_is_the_absolute_difference(dtype, data):
     n = data.draw(st.integers(0, 8))
     a = np.array(data.draw(st.lists(values, min_size=n, max_size=n)), dtype=dtype)
     b = np.array(data.draw(st.lists(values, min_size=n, max_size=n)), dtype=dtype)
-    expected = [min(abs(int(x) - int(y)), ULP_NAN) for x, y in zip(a, b)]
+    expected = [min(abs(int(x) - int(y)), ULP_NAN) for x, y in zip(a, b, strict=True)]
     assert ulp_distance(a, b).tolist() == expected

@@ -92,7 +92,12 @@ def broken_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
 def restore_torch_precision() -> Iterator[None]:
     """Tests here set torch's process-wide precision switches; put them back, the top level first
     (setting a level also sets the levels below it)."""
-    paths = ["torch.backends.fp32_precision", *precision.FP32_PRECISION["cpu"], *precision.FP32_PRECISION["cuda"], *precision.REDUCED_REDUCTIONS["cuda"]]
+    paths = [
+        "torch.backends.fp32_precision",
+        *precision.FP32_PRECISION["cpu"],
+        *precision.FP32_PRECISION["cuda"],
+        *precision.REDUCED_REDUCTIONS["cuda"],
+    ]
     saved = {path: precision._get(path) for path in paths}
     yield
     for path, value in saved.items():
@@ -107,8 +112,13 @@ def test_npu_is_picked_first_and_described(fake_torch_npu: FakeNpu, monkeypatch:
     assert (card.kind, card.index, card.torch_device, card.model, card.simulated) == ("npu", 3, "npu:0", "Ascend910B3", False)
     assert card.label == "npu3"
     assert card.runtime == {
-        "torch": torch.__version__, "python": platform.python_version(),
-        "torch_npu": "2.13.0.fake", "cann": "8.5.0", "driver": "25.2.0", "soc_version": "223", "ASCEND_RT_VISIBLE_DEVICES": "3",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "torch_npu": "2.13.0.fake",
+        "cann": "8.5.0",
+        "driver": "25.2.0",
+        "soc_version": "223",
+        "ASCEND_RT_VISIBLE_DEVICES": "3",
     }
     assert card.settings == {
         "precision": "strict",
@@ -181,7 +191,9 @@ def test_npu_asked_for_without_torch_npu_is_an_error_never_a_cpu_fallback(broken
         devices.apply_precision("npu", "strict")
     assert devices.resolve_accelerator("auto") in ("cuda", "cpu")
     settings = devices.read_precision("npu")
-    assert settings["torch_npu.npu.matmul.allow_hf32"] is None and settings["torch_npu.npu.config.allow_internal_format"] is None
+    assert (
+        settings["torch_npu.npu.matmul.allow_hf32"] is None and settings["torch_npu.npu.config.allow_internal_format"] is None
+    )
     assert devices.runtime_versions("npu")["cann"] == ""
 
 
@@ -198,7 +210,9 @@ def test_cuda_asked_for_on_a_cpu_machine_is_an_error() -> None:
         devices.resolve_accelerator("cuda")
 
 
-def test_cuda_strict_turns_tf32_and_reduced_reductions_off(monkeypatch: pytest.MonkeyPatch, restore_torch_precision: None) -> None:
+def test_cuda_strict_turns_tf32_and_reduced_reductions_off(
+    monkeypatch: pytest.MonkeyPatch, restore_torch_precision: None
+) -> None:
     """The switches are torch's own, on any build; only the card is pretended where there is none."""
     if not torch.cuda.is_available():
         monkeypatch.setattr("harness.devices.card.cuda_available", lambda: (True, ""))
@@ -210,7 +224,9 @@ def test_cuda_strict_turns_tf32_and_reduced_reductions_off(monkeypatch: pytest.M
     assert devices.reduced_float32_matmul(card.settings) == "tf32"
     card = devices.open_card("cuda", 2)
     assert card.label == "cuda2" and card.torch_device == "cuda:0" and not card.simulated
-    assert {k: v for k, v in card.settings.items() if k in precision.FP32_PRECISION["cuda"]} == dict.fromkeys(precision.FP32_PRECISION["cuda"], "ieee")
+    assert {k: v for k, v in card.settings.items() if k in precision.FP32_PRECISION["cuda"]} == dict.fromkeys(
+        precision.FP32_PRECISION["cuda"], "ieee"
+    )
     assert not any(card.settings[k] for k in precision.REDUCED_REDUCTIONS["cuda"])
     assert devices.reduced_float32_matmul(card.settings) is None
     assert {"cuda", "cudnn", "cublas", "driver", "CUDA_VISIBLE_DEVICES"} <= set(card.runtime)
@@ -223,7 +239,9 @@ def test_cpu_cards_are_labelled_simulated_and_compute_strict_float32(restore_tor
     assert devices.reduced_float32_matmul(card.settings) == "bf16"
     card = devices.open_card("cpu", 1)
     assert card.settings["precision"] == "strict"
-    assert {k: card.settings[k] for k in precision.FP32_PRECISION["cpu"]} == dict.fromkeys(precision.FP32_PRECISION["cpu"], "ieee")
+    assert {k: card.settings[k] for k in precision.FP32_PRECISION["cpu"]} == dict.fromkeys(
+        precision.FP32_PRECISION["cpu"], "ieee"
+    )
     assert devices.reduced_float32_matmul(card.settings) is None
     torch.backends.mkldnn.matmul.fp32_precision = "bf16"
     ref = devices.cpu_reference()
@@ -241,9 +259,19 @@ def test_cpu_cards_are_labelled_simulated_and_compute_strict_float32(restore_tor
         ({"torch.backends.cuda.matmul.allow_tf32": True}, "tf32"),  # torch < 2.9
         ({"torch.backends.cuda.matmul.allow_tf32": None}, None),  # not readable
         ({"torch.backends.mkldnn.matmul.fp32_precision": "bf16"}, "bf16"),
-        ({"torch_npu.npu.matmul.allow_hf32": False, "torch_npu.npu.matmul.cube_math_type": None, "torch_npu.npu.conv.allow_hf32": True}, None),
+        (
+            {
+                "torch_npu.npu.matmul.allow_hf32": False,
+                "torch_npu.npu.matmul.cube_math_type": None,
+                "torch_npu.npu.conv.allow_hf32": True,
+            },
+            None,
+        ),
         ({"torch_npu.npu.matmul.allow_hf32": True, "torch_npu.npu.matmul.cube_math_type": None}, "hf32"),
-        ({"torch_npu.npu.matmul.allow_hf32": False, "torch_npu.npu.matmul.cube_math_type": "ALLOW_FP32_DOWN_PRECISION"}, "hf32"),
+        (
+            {"torch_npu.npu.matmul.allow_hf32": False, "torch_npu.npu.matmul.cube_math_type": "ALLOW_FP32_DOWN_PRECISION"},
+            "hf32",
+        ),
         ({"torch_npu.npu.matmul.allow_hf32": False, "torch_npu.npu.matmul.cube_math_type": "USE_HF32"}, "hf32"),
         ({"torch_npu.npu.matmul.allow_hf32": False, "torch_npu.npu.matmul.cube_math_type": "USE_FP16"}, "fp16"),
         ({"torch_npu.npu.matmul.allow_hf32": None, "torch_npu.npu.matmul.cube_math_type": None}, None),
@@ -264,7 +292,9 @@ def test_before_torch_2_9_the_legacy_flags_are_read_and_never_raise(monkeypatch:
     settings = devices.read_precision("cuda")
     assert {"torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32"} <= set(settings)
     assert not any(key.endswith("fp32_precision") for key in settings)
-    assert devices.read_precision("cpu") == {"torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled()}
+    assert devices.read_precision("cpu") == {
+        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled()
+    }
 
 
 def test_backend_autoload_is_off_before_torch_is_imported() -> None:

@@ -44,7 +44,7 @@ def assert_lockstep_identical(seeds: list[int], actions: np.ndarray, continue_ep
         assert same_bits(obs_v, obs_r), f"reset of episode {episode} differs"
         for t in range(HORIZON):
             got, want = vec.step(actions[t]), real.step(actions[t])
-            for name, g, w in zip(("obs", "reward", "terminated", "truncated"), got, want):
+            for name, g, w in zip(("obs", "reward", "terminated", "truncated"), got, want, strict=True):
                 assert same_bits(g, w), f"{name} differs at episode {episode} step {t + 1}: {g} vs {w}"
             # The float64 state too: a last-bit slip there may take many steps to reach float32.
             assert same_bits(vec.state.T, real_state(real)), f"state differs at episode {episode} step {t + 1}"

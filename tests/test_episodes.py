@@ -45,7 +45,9 @@ class BatchSizeShift(nn.Module):
         return x + x.shape[0] * self.shift
 
 
-def tiny_policy(env_id: str, obs_size: int, action_size: int, continuous: bool = False, head: nn.Module | None = None) -> PolicyNet:
+def tiny_policy(
+    env_id: str, obs_size: int, action_size: int, continuous: bool = False, head: nn.Module | None = None
+) -> PolicyNet:
     """Random weights, the same every time, sharp enough that actions follow the observations:
     episodes that end at different steps, and continuous means past the action bounds."""
     kind = "continuous" if continuous else "discrete"
@@ -70,7 +72,9 @@ def one_at_a_time(policy: PolicyNet, env_id: str, seed: int, stochastic: bool) -
         while not done:
             head = policy(torch.from_numpy(np.asarray(obs, dtype=np.float32)[None]))
             step = len(actions)
-            chosen = (policy.stochastic_action(head, noise[step : step + 1]) if stochastic else policy.deterministic_action(head)).numpy()[0]
+            chosen = (
+                policy.stochastic_action(head, noise[step : step + 1]) if stochastic else policy.deterministic_action(head)
+            ).numpy()[0]
             action = np.clip(chosen, env.action_space.low, env.action_space.high) if box else int(chosen)
             obs, reward, terminated, truncated, _ = env.step(action)
             actions.append(action)
@@ -120,7 +124,12 @@ def test_continuous_actions_are_clipped_float_rows_as_stepped(env_id: str) -> No
 
 
 def test_fingerprints_tell_integer_from_float_actions_of_the_same_bytes() -> None:
-    same_bytes = [np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.float64), np.zeros((4, 1), dtype=np.float32), np.zeros(4, dtype=np.float32)]
+    same_bytes = [
+        np.zeros(2, dtype=np.int64),
+        np.zeros(2, dtype=np.float64),
+        np.zeros((4, 1), dtype=np.float32),
+        np.zeros(4, dtype=np.float32),
+    ]
     assert len({EpisodeOutput(0, False, a, 0.0, len(a)).actions_sha256 for a in same_bytes}) == len(same_bytes)
 
 
@@ -158,8 +167,12 @@ def test_on_a_batch_variant_card_other_seeds_matter_only_through_the_batch_shape
     """Seed 7 beside three others that all end before it, at other steps in each set: the same
     trajectory, because ended rows stay in the batch. Alone (batch 1), it takes another one;
     were ended rows dropped, it would change the moment the first of the others ended."""
-    policy = tiny_policy("CartPole-v1", 4, 2, head=nn.Sequential(tiny_policy("CartPole-v1", 4, 2).head, BatchSizeShift([0.0, 0.02])))
-    beside_some, beside_others = (run_episodes(policy, DEVICE, "CartPole-v1", seeds, False, "lockstep") for seeds in ([7, 0, 8, 9], [7, 1, 2, 3]))
+    policy = tiny_policy(
+        "CartPole-v1", 4, 2, head=nn.Sequential(tiny_policy("CartPole-v1", 4, 2).head, BatchSizeShift([0.0, 0.02]))
+    )
+    beside_some, beside_others = (
+        run_episodes(policy, DEVICE, "CartPole-v1", seeds, False, "lockstep") for seeds in ([7, 0, 8, 9], [7, 1, 2, 3])
+    )
     others_end = sorted(e.length for e in beside_some[1:]), sorted(e.length for e in beside_others[1:])
     assert others_end[0] != others_end[1] and max(others_end[0] + others_end[1]) < beside_some[0].length
     assert_same_episodes(beside_some[:1], beside_others[:1])

@@ -38,7 +38,7 @@ def discrete_policy(activation: type[nn.Module], seed: int = 0) -> PolicyNet:
 
 def run(path: Path, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     session = onnxruntime.InferenceSession(str(path))
-    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds)))
+    return dict(zip([o.name for o in session.get_outputs()], session.run(None, feeds), strict=True))
 
 
 @pytest.mark.parametrize("activation", [nn.ReLU, nn.Tanh, nn.SiLU, nn.ELU, nn.LeakyReLU])

@@ -73,8 +73,7 @@ def test_cached_repo_resolves_to_its_policy_file(results: dict[str, dict[str, st
 
 def test_several_policy_files_must_be_named(results: dict[str, dict[str, str]]) -> None:
     assert results["hf://unity/two"]["error"] == (
-        "hf://unity/two: several policy files (3DBall.onnx, run/3DBall-500.onnx); "
-        "name one, e.g. hf://unity/two/3DBall.onnx"
+        "hf://unity/two: several policy files (3DBall.onnx, run/3DBall-500.onnx); name one, e.g. hf://unity/two/3DBall.onnx"
     )
     assert results["hf://unity/two/run/3DBall-500.onnx"]["path"].endswith("run/3DBall-500.onnx")
 

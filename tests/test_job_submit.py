@@ -18,9 +18,33 @@ pytestmark = pytest.mark.slow
 
 def test_ray_job_submit_runs_the_sweep(ray_head: Head, tmp_path: Path) -> None:
     results = tmp_path / "results"
-    cmd = [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", ray_head.dashboard, "--working-dir", str(REPO),
-           "--", "python", "jobs/sweep.py", "--policy", "cartpole", "--dtypes", "float32", "--episodes", "1",
-           "--batch-sizes", "1,8", "--accelerator", "cpu", "--cards", "2", "--no-progress", "--results", str(results)]
+    cmd = [
+        str(Path(sys.executable).parent / "ray"),
+        "job",
+        "submit",
+        "--address",
+        ray_head.dashboard,
+        "--working-dir",
+        str(REPO),
+        "--",
+        "python",
+        "jobs/sweep.py",
+        "--policy",
+        "cartpole",
+        "--dtypes",
+        "float32",
+        "--episodes",
+        "1",
+        "--batch-sizes",
+        "1,8",
+        "--accelerator",
+        "cpu",
+        "--cards",
+        "2",
+        "--no-progress",
+        "--results",
+        str(results),
+    ]
     deadline = time.monotonic() + 90
     while True:  # the head's job agent comes up some seconds after `ray start` returns
         proc = subprocess.run(cmd, env=ray_head.env, capture_output=True, text=True, timeout=400)

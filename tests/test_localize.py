@@ -43,9 +43,9 @@ def first_layer_after_input(policy: PolicyNet) -> int:
 def test_capture_order_dtype_and_output(policy: PolicyNet) -> None:
     obs = observations(policy)
     acts = capture_activations(policy, obs)
-    expected = (["normalizer"] if policy.normalizer is not None else []) + [
-        f"body.{i}" for i in range(len(policy.body))
-    ] + ["head"]
+    expected = (
+        (["normalizer"] if policy.normalizer is not None else []) + [f"body.{i}" for i in range(len(policy.body))] + ["head"]
+    )
     assert list(acts) == expected
     assert all(a.dtype == np.float32 for a in acts.values())
     with torch.inference_mode():
@@ -56,9 +56,7 @@ def test_perturbed_weight_diverges_at_body0(policy: PolicyNet) -> None:
     obs = observations(policy)
     card = copy.deepcopy(policy)
     perturb_one_weight(card)
-    div = first_divergent_layer(
-        capture_activations(card, obs), capture_activations(policy, obs), modules=layer_modules(card)
-    )
+    div = first_divergent_layer(capture_activations(card, obs), capture_activations(policy, obs), modules=layer_modules(card))
     assert div is not None
     assert div.layer == "body.0"
     # The normalizer, when there is one, was compared first and found identical.

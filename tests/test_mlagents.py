@@ -59,7 +59,7 @@ def mlagents_state_dict(obs_sizes: tuple[int, ...], hidden: int, actions: int, s
         state[f"{PROCESSORS}.{i}.normalizer.running_variance"] = torch.rand(n, generator=gen) * 5e4 + 1e3
         state[f"{PROCESSORS}.{i}.normalizer.normalization_steps"] = torch.tensor(10_000)
     sizes = [sum(obs_sizes), hidden, hidden, actions]
-    for name, n_in, n_out in zip([f"{BODY}.0", f"{BODY}.2", f"{HEAD}.mu"], sizes[:-1], sizes[1:]):
+    for name, n_in, n_out in zip([f"{BODY}.0", f"{BODY}.2", f"{HEAD}.mu"], sizes[:-1], sizes[1:], strict=True):
         state[f"{name}.weight"] = torch.randn(n_out, n_in, generator=gen) * n_in**-0.5
         state[f"{name}.bias"] = torch.randn(n_out, generator=gen) * 0.1
     state[f"{HEAD}.log_sigma"] = torch.zeros(1, actions)

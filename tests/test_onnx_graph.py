@@ -45,7 +45,16 @@ def export(module: nn.Module, path: Path, sizes: tuple[int, ...], outputs: list[
     names = [f"obs_{i}" for i in range(len(sizes))] if len(sizes) > 1 else ["obs"]
     args = tuple(torch.zeros(1, n) for n in sizes)
     axes = {name: {0: "batch"} for name in [*names, *outputs]}
-    torch.onnx.export(module.eval(), args, str(path), input_names=names, output_names=outputs, dynamic_axes=axes, opset_version=17, dynamo=False)
+    torch.onnx.export(
+        module.eval(),
+        args,
+        str(path),
+        input_names=names,
+        output_names=outputs,
+        dynamic_axes=axes,
+        opset_version=17,
+        dynamo=False,
+    )
     return path
 
 
@@ -142,7 +151,9 @@ def sb3(folder: Path) -> tuple[object, Path]:
     model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, n_epochs=2, seed=0, device="cpu")
     model.learn(total_timesteps=256)
     path = folder / "sb3-ppo.onnx"
-    torch.onnx.export(OnnxableSB3Policy(model.policy), torch.randn(1, 4), str(path), opset_version=17, input_names=["input"], dynamo=False)
+    torch.onnx.export(
+        OnnxableSB3Policy(model.policy), torch.randn(1, 4), str(path), opset_version=17, input_names=["input"], dynamo=False
+    )
     return model, path
 
 
@@ -277,7 +288,9 @@ def load(request: pytest.FixtureRequest, graph: str) -> PolicyNet:
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("graph", GRAPHS)
-def test_every_activation_after_the_normalizer_is_in_the_card_dtype(graph: str, dtype: str, request: pytest.FixtureRequest) -> None:
+def test_every_activation_after_the_normalizer_is_in_the_card_dtype(
+    graph: str, dtype: str, request: pytest.FixtureRequest
+) -> None:
     policy = load(request, graph)
     cast = cast_policy(policy, dtype)
     card = cast.compute_dtype
@@ -344,8 +357,12 @@ def test_onnxruntime_catches_a_changed_weight(sb3: tuple[object, Path]) -> None:
 
 def test_onnx_output_picks_the_head_and_must_exist(folder: Path) -> None:
     path = export(seeded(MeanAndValue), folder / "mean-and-value.onnx", (4,), ["mu", "value"])
-    one_line_refusal(PolicySpec(str(path), action_kind="continuous"), "2 float outputs (mu, value) and no ArgMax", "--onnx-output")
-    one_line_refusal(PolicySpec(str(path), onnx_output="actions", action_kind="continuous"), "--onnx-output 'actions' is not a tensor")
+    one_line_refusal(
+        PolicySpec(str(path), action_kind="continuous"), "2 float outputs (mu, value) and no ArgMax", "--onnx-output"
+    )
+    one_line_refusal(
+        PolicySpec(str(path), onnx_output="actions", action_kind="continuous"), "--onnx-output 'actions' is not a tensor"
+    )
     policy = load_policy(PolicySpec(str(path), onnx_output="mu", action_kind="continuous"))
     assert policy.info.action_size == 2 and "named by --onnx-output" in policy.info.detail
 
@@ -366,10 +383,16 @@ def test_newer_opset_is_refused(cleanrl: tuple[nn.Module, Path], folder: Path) -
 def tiny_graph(op: str, path: Path) -> Path:
     """obs [batch, 4] -> Gemm -> `op` -> out [batch, 2], opset 17."""
     weight = numpy_helper.from_array(np.ones((4, 2), np.float32), "weight")
-    nodes = [helper.make_node("Gemm", ["obs", "weight"], ["gemm"], name="layer"), helper.make_node(op, ["gemm"], ["out"], name="odd")]
+    nodes = [
+        helper.make_node("Gemm", ["obs", "weight"], ["gemm"], name="layer"),
+        helper.make_node(op, ["gemm"], ["out"], name="odd"),
+    ]
     graph = helper.make_graph(
-        nodes, "tiny", [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 2])], [weight],
+        nodes,
+        "tiny",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 2])],
+        [weight],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
@@ -377,7 +400,9 @@ def tiny_graph(op: str, path: Path) -> Path:
 
 def test_unsupported_operator_is_refused_by_name(folder: Path) -> None:
     path = tiny_graph("Shrink", folder / "shrink.onnx")
-    one_line_refusal(PolicySpec(str(path), action_kind="continuous"), "operator Shrink (node 'odd') has no onnx2torch converter at opset 17")
+    one_line_refusal(
+        PolicySpec(str(path), action_kind="continuous"), "operator Shrink (node 'odd') has no onnx2torch converter at opset 17"
+    )
 
 
 def test_onnx2torch_loads_without_torchvision(folder: Path) -> None:

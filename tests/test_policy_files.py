@@ -69,7 +69,7 @@ def test_rl_zoo_case_names_its_environment_and_keeps_its_logits(cases: Path) -> 
     assert (info.sha256, info.obs_normalization, policy.normalizer) == (CASE_SHA256, "", None)
     obs = torch.tensor([row for row, _ in CASE_LOGITS])
     with torch.no_grad():
-        assert torch.max(torch.abs(policy(obs) - torch.tensor([l for _, l in CASE_LOGITS]))).item() <= 1e-5
+        assert torch.max(torch.abs(policy(obs) - torch.tensor([logits for _, logits in CASE_LOGITS]))).item() <= 1e-5
 
 
 def test_rl_zoo_run_files_read_as_plain_dicts(cases: Path) -> None:

@@ -26,8 +26,23 @@ CLEAN = "clean"
 
 
 def bench_row(**changes: object) -> BenchRow:
-    base = dict(policy="cartpole", dtype="float32", device="sim-cpu0", n_cards=1, batch_size=8, mode="latency", first_call_ms=130.0,
-                p50_ms=0.9, p95_ms=1.1, p99_ms=1.3, mean_ms=0.95, decisions_per_s=8600.0, scaling_efficiency=None, timing="device", detail="")
+    base = dict(
+        policy="cartpole",
+        dtype="float32",
+        device="sim-cpu0",
+        n_cards=1,
+        batch_size=8,
+        mode="latency",
+        first_call_ms=130.0,
+        p50_ms=0.9,
+        p95_ms=1.1,
+        p99_ms=1.3,
+        mean_ms=0.95,
+        decisions_per_s=8600.0,
+        scaling_efficiency=None,
+        timing="device",
+        detail="",
+    )
     return BenchRow(**(base | changes))
 
 
@@ -52,14 +67,22 @@ def query_json(results: Path, sql: str) -> list[dict[str, object]]:
 @pytest.mark.slow
 def test_check_counts_match_the_parquet_files(results: Path) -> None:
     written = pq.read_table(results / "checks" / f"run_id={CLEAN}" / "part-0.parquet")
-    rows = query_json(results, f"SELECT count(*) AS n, count(*) FILTER (gating AND NOT passed) AS failed, count(DISTINCT kind) AS kinds FROM checks WHERE run_id = '{CLEAN}'")
+    rows = query_json(
+        results,
+        f"SELECT count(*) AS n, count(*) FILTER (gating AND NOT passed) AS failed, count(DISTINCT kind) AS kinds FROM "
+        f"checks WHERE run_id = '{CLEAN}'",
+    )
     assert rows == [{"n": written.num_rows, "failed": 0, "kinds": 6}]
     assert written.num_rows > 0
 
 
 @pytest.mark.slow
 def test_every_table_is_a_view_with_a_varchar_run_id(results: Path) -> None:
-    rows = query_json(results, "SELECT table_name, table_type FROM information_schema.tables WHERE table_name IN ('runs', 'checks', 'episodes', 'bench')")
+    rows = query_json(
+        results,
+        "SELECT table_name, table_type FROM information_schema.tables WHERE table_name IN ('runs', 'checks', "
+        "'episodes', 'bench')",
+    )
     assert {r["table_name"]: r["table_type"] for r in rows} == {name: "VIEW" for name in TABLES}
     for name in TABLES:
         described = query_json(results, f"DESCRIBE {name}")
@@ -74,11 +97,16 @@ def test_every_table_is_a_view_with_a_varchar_run_id(results: Path) -> None:
 
 @pytest.mark.slow
 def test_csv_and_table_formats(results: Path) -> None:
-    sql = f"SELECT dtype, kind, count(*) AS n, max(max_abs) AS worst FROM checks WHERE run_id = '{CLEAN}' AND kind IN ('cross_card', 'cpu_reference') GROUP BY ALL ORDER BY ALL"
+    sql = (
+        f"SELECT dtype, kind, count(*) AS n, max(max_abs) AS worst FROM checks WHERE run_id = '{CLEAN}' AND kind IN "
+        "('cross_card', 'cpu_reference') GROUP BY ALL ORDER BY ALL"
+    )
     proc = cli("query", sql, "--results", str(results), "--format", "csv")
     assert proc.returncode == 0, proc.stderr
     parsed = list(csv.DictReader(io.StringIO(proc.stdout)))
-    assert {(r["dtype"], r["kind"]) for r in parsed} == {(d, k) for d in ("float32", "float16") for k in ("cross_card", "cpu_reference")}
+    assert {(r["dtype"], r["kind"]) for r in parsed} == {
+        (d, k) for d in ("float32", "float16") for k in ("cross_card", "cpu_reference")
+    }
     assert all(int(r["n"]) > 0 and float(r["worst"]) >= 0 for r in parsed)
     table = cli("query", sql, "--results", str(results))
     assert table.returncode == 0 and "cpu_reference" in table.stdout and "float16" in table.stdout
@@ -114,7 +142,11 @@ def test_load_dataframe_needs_pandas(bench_only: Path) -> None:
 
 
 def test_queries_on_a_folder_with_only_some_tables(bench_only: Path) -> None:
-    rows = query_json(bench_only, "SELECT (SELECT count(*) FROM checks) AS checks, (SELECT count(*) FROM runs) AS runs, (SELECT max(p50_ms) FROM bench) AS p50, (SELECT typeof(any_value(run_id)) FROM bench) AS t")
+    rows = query_json(
+        bench_only,
+        "SELECT (SELECT count(*) FROM checks) AS checks, (SELECT count(*) FROM runs) AS runs, (SELECT max(p50_ms) "
+        "FROM bench) AS p50, (SELECT typeof(any_value(run_id)) FROM bench) AS t",
+    )
     assert rows == [{"checks": 0, "runs": 0, "p50": 0.9, "t": "VARCHAR"}]
 
 

@@ -21,8 +21,21 @@ from tests.helpers import REPO, cli, read_table
 pytestmark = pytest.mark.slow
 
 # Enough units that the driver is still busy when the fault comes; small enough to stay quick.
-ARGS = ("--policy", "cartpole", "--dtypes", "float32,float16", "--episodes", "2", "--batch-sizes", "1,8,64",
-        "--accelerator", "cpu", "--cards", "2", "--no-progress")
+ARGS = (
+    "--policy",
+    "cartpole",
+    "--dtypes",
+    "float32,float16",
+    "--episodes",
+    "2",
+    "--batch-sizes",
+    "1,8,64",
+    "--accelerator",
+    "cpu",
+    "--cards",
+    "2",
+    "--no-progress",
+)
 VERDICT = ("unit_id", "output", "kind", "device_a", "device_b", "passed", "bitwise_equal", "max_abs", "n_mismatch")
 
 
@@ -44,9 +57,27 @@ def clean_verdicts(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 def _start_sweep(head: Head, results: Path, run_id: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "harness", "sweep", *ARGS, "--results", str(results), "--run-id", run_id,
-                             "--address", head.address], cwd=REPO, env=head.env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "harness",
+            "sweep",
+            *ARGS,
+            "--results",
+            str(results),
+            "--run-id",
+            run_id,
+            "--address",
+            head.address,
+        ],
+        cwd=REPO,
+        env=head.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _wait_for_units(driver: subprocess.Popen, staging: Path, n: int) -> None:
@@ -63,13 +94,17 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def test_card_actor_killed_by_pid_is_restarted_and_the_verdicts_hold(ray_head: Head, tmp_path: Path, clean_verdicts: set[tuple]) -> None:
+def test_card_actor_killed_by_pid_is_restarted_and_the_verdicts_hold(
+    ray_head: Head, tmp_path: Path, clean_verdicts: set[tuple]
+) -> None:
     from ray.util.state import list_actors
 
     driver = _start_sweep(ray_head, tmp_path, "card-killed")
     try:
         _wait_for_units(driver, tmp_path / ".staging" / "card-killed", 1)
-        cards = list_actors(address=ray_head.dashboard, filters=[("class_name", "=", "PolicyActor"), ("state", "=", "ALIVE")], detail=True)
+        cards = list_actors(
+            address=ray_head.dashboard, filters=[("class_name", "=", "PolicyActor"), ("state", "=", "ALIVE")], detail=True
+        )
         assert cards, "a card actor to kill"
         os.kill(int(cards[-1].pid), signal.SIGKILL)
         out, err = driver.communicate(timeout=300)
@@ -79,7 +114,9 @@ def test_card_actor_killed_by_pid_is_restarted_and_the_verdicts_hold(ray_head: H
     assert _verdicts(tmp_path) == clean_verdicts
 
 
-def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(ray_head: Head, tmp_path: Path, clean_verdicts: set[tuple]) -> None:
+def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(
+    ray_head: Head, tmp_path: Path, clean_verdicts: set[tuple]
+) -> None:
     killed = tmp_path / "killed"
     driver = _start_sweep(ray_head, killed, "victim")
     staging = killed / ".staging" / "victim"
@@ -114,10 +151,36 @@ def test_resume_of_a_finished_or_unknown_run_is_exit_2(tmp_path: Path) -> None:
 
 
 def test_two_concurrent_sweeps_into_one_folder(ray_head: Head, tmp_path: Path) -> None:
-    small = ["--policy", "cartpole", "--dtypes", "float32", "--episodes", "1", "--batch-sizes", "1",
-             "--accelerator", "cpu", "--cards", "2", "--no-progress", "--results", str(tmp_path), "--address", ray_head.address]
-    procs = [subprocess.Popen([sys.executable, "-m", "harness", "sweep", *small], cwd=REPO, env=ray_head.env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    small = [
+        "--policy",
+        "cartpole",
+        "--dtypes",
+        "float32",
+        "--episodes",
+        "1",
+        "--batch-sizes",
+        "1",
+        "--accelerator",
+        "cpu",
+        "--cards",
+        "2",
+        "--no-progress",
+        "--results",
+        str(tmp_path),
+        "--address",
+        ray_head.address,
+    ]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "harness", "sweep", *small],
+            cwd=REPO,
+            env=ray_head.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=300) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
     runs = read_table(tmp_path, "runs").to_pylist()

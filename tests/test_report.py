@@ -28,14 +28,29 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 def bench_rows(scale: float) -> list:
     rows = [
-        bench_row(dtype=dtype, device=device, batch_size=b, p50_ms=0.05 + b * 4e-4, p95_ms=0.07 + b * 5e-4, p99_ms=0.09 + b * 6e-4)
+        bench_row(
+            dtype=dtype, device=device, batch_size=b, p50_ms=0.05 + b * 4e-4, p95_ms=0.07 + b * 5e-4, p99_ms=0.09 + b * 6e-4
+        )
         for dtype in ("float32", "bfloat16")
         for device in ("sim-cpu0", "sim-cpu1")
         for b in (1, 8, 4096)
     ]
     rows += [
-        bench_row(dtype=dtype, device="all", n_cards=k, batch_size=4096, mode="throughput", first_call_ms=None, p50_ms=None,
-                  p95_ms=None, p99_ms=None, mean_ms=None, decisions_per_s=scale * 1e6 * k * 0.9 ** (k - 1), scaling_efficiency=0.9 ** (k - 1), timing="end_to_end")
+        bench_row(
+            dtype=dtype,
+            device="all",
+            n_cards=k,
+            batch_size=4096,
+            mode="throughput",
+            first_call_ms=None,
+            p50_ms=None,
+            p95_ms=None,
+            p99_ms=None,
+            mean_ms=None,
+            decisions_per_s=scale * 1e6 * k * 0.9 ** (k - 1),
+            scaling_efficiency=0.9 ** (k - 1),
+            timing="end_to_end",
+        )
         for dtype in ("float32", "bfloat16")
         for k in (1, 2)
     ]
@@ -180,10 +195,30 @@ def test_unknown_run_id_lists_the_latest(results: Path) -> None:
 
 def check_row(passed: bool, max_abs: float, gating: bool = True) -> CheckRow:
     return CheckRow(
-        unit_id="u1", policy="cartpole", dtype="bfloat16", workload="normal-b8-s0", output="logits", kind="tolerance",
-        device_a="npu1", device_b="cpu", input_sha256="ab" * 32, gating=gating, passed=passed, bitwise_equal=False, n_elements=16,
-        n_mismatch=3, max_ulp=9, max_abs=max_abs, mean_abs=max_abs / 4, max_rel=0.01, cosine=0.99999, ref_max_abs=2.1, atol=0.05,
-        rtol=0.02, min_cos=0.999, detail="" if passed else "max_abs 3 > 0.05 + 0.02 * 2.1",
+        unit_id="u1",
+        policy="cartpole",
+        dtype="bfloat16",
+        workload="normal-b8-s0",
+        output="logits",
+        kind="tolerance",
+        device_a="npu1",
+        device_b="cpu",
+        input_sha256="ab" * 32,
+        gating=gating,
+        passed=passed,
+        bitwise_equal=False,
+        n_elements=16,
+        n_mismatch=3,
+        max_ulp=9,
+        max_abs=max_abs,
+        mean_abs=max_abs / 4,
+        max_rel=0.01,
+        cosine=0.99999,
+        ref_max_abs=2.1,
+        atol=0.05,
+        rtol=0.02,
+        min_cos=0.999,
+        detail="" if passed else "max_abs 3 > 0.05 + 0.02 * 2.1",
     )
 
 
@@ -201,5 +236,7 @@ def test_compare_on_rows_altered_by_hand(tmp_path: Path) -> None:
 def test_report_bad_input_is_exit_2(tmp_path: Path) -> None:
     write_rows(tmp_path, "checks", "a", [check_row(True, 0.01)])
     assert_usage_error(cli("report", "--compare", "a", "zz", "--results", str(tmp_path)), "unknown run id 'zz'", "a")
-    assert_usage_error(cli("report", "--compare", "a", "a", "--error-factor", "0.5", "--results", str(tmp_path)), "--error-factor")
+    assert_usage_error(
+        cli("report", "--compare", "a", "a", "--error-factor", "0.5", "--results", str(tmp_path)), "--error-factor"
+    )
     assert_usage_error(cli("report", "--results", str(tmp_path / "empty")), "does not exist")

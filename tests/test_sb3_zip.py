@@ -14,7 +14,8 @@ import re
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import gymnasium as gym
 import numpy as np
@@ -212,7 +213,7 @@ def test_pickle_payload_is_never_executed(relu_zip: tuple[PPO, Path], tmp_path: 
     buffer = io.BytesIO()
     torch.save({"action_net.weight": _CreatesFile(marker)}, buffer)
     in_weights = _rewrite(path, tmp_path / "in-weights.zip", **{"policy.pth": buffer.getvalue()})
-    with pytest.raises(PolicyLoadError, match="policy.pth is not a plain torch state dict"):
+    with pytest.raises(PolicyLoadError, match=r"policy\.pth is not a plain torch state dict"):
         load_sb3_zip(in_weights)
     assert not marker.exists()
 

@@ -21,10 +21,31 @@ pytestmark = pytest.mark.slow
 
 # The default policies and the RL Zoo's CartPole-v1 (its environment named by its args.yml), on
 # a seed whose large float16 batch reaches the fixed table's bound: the float16 false alarm.
-CLEAN = ("--policy", "cartpole", "--policy", "huggy-arch", "--dtypes", "float32,float16", "--episodes", "2",
-         "--batch-sizes", "1,8,4096", "--seed", "1", "--cards", "2")
+CLEAN = (
+    "--policy",
+    "cartpole",
+    "--policy",
+    "huggy-arch",
+    "--dtypes",
+    "float32,float16",
+    "--episodes",
+    "2",
+    "--batch-sizes",
+    "1,8,4096",
+    "--seed",
+    "1",
+    "--cards",
+    "2",
+)
 # One fault per card; card 0 stays clean, so every other card is judged against an honest one.
-FAULTS = ("--inject-fault", "card1:perturb-weight", "--inject-fault", "card2:mkl-avx2", "--inject-fault", "card3:corrupt-weight")
+FAULTS = (
+    "--inject-fault",
+    "card1:perturb-weight",
+    "--inject-fault",
+    "card2:mkl-avx2",
+    "--inject-fault",
+    "card3:corrupt-weight",
+)
 CRASHES = ("--inject-fault", "card1:crash-once", "--inject-fault", "card2:crash-always")
 
 
@@ -41,8 +62,27 @@ def faults_run(sweeps: SharedSweeps, cases: Path) -> Path:
     """cartpole, huggy-arch and the ML-Agents 3DBall export on 4 cards, a fault on each of cards 1-3."""
     onnx = str(cases / "mlagents-3DBall" / "3DBall.onnx")
     # The clean run's seed and sizes, so that `report --compare` lines their float32 units up.
-    sweeps.run("faults", "--policy", "cartpole", "--policy", "huggy-arch", "--policy", onnx, "--dtypes", "float32", "--episodes", "2",
-               "--batch-sizes", "1,8,4096", "--seed", "1", "--cards", "4", *FAULTS, expect=1)
+    sweeps.run(
+        "faults",
+        "--policy",
+        "cartpole",
+        "--policy",
+        "huggy-arch",
+        "--policy",
+        onnx,
+        "--dtypes",
+        "float32",
+        "--episodes",
+        "2",
+        "--batch-sizes",
+        "1,8,4096",
+        "--seed",
+        "1",
+        "--cards",
+        "4",
+        *FAULTS,
+        expect=1,
+    )
     return sweeps.results
 
 
@@ -63,7 +103,14 @@ def test_clean_sweep_passes_and_writes_every_table(shared_sweeps: SharedSweeps, 
     results = clean_run(shared_sweeps, cases)
     assert "run clean: PASSED" in shared_sweeps.procs["clean"].stdout
     checks = _rows(results, "checks", "clean")
-    assert {r["kind"] for r in checks} == {"cross_card", "cpu_reference", "decisions", "tolerance", "batch_invariance", "episode_return"}
+    assert {r["kind"] for r in checks} == {
+        "cross_card",
+        "cpu_reference",
+        "decisions",
+        "tolerance",
+        "batch_invariance",
+        "episode_return",
+    }
     assert all(r["passed"] for r in checks if r["gating"])
     # Every row traces to the bytes that went in, and says whether it counts.
     assert all(len(r["input_sha256"]) == 64 and r["gating"] is not None for r in checks)
@@ -90,7 +137,11 @@ def test_clean_sweep_passes_and_writes_every_table(shared_sweeps: SharedSweeps, 
 
 def test_the_float16_false_alarm_is_a_finding_not_a_failure(shared_sweeps: SharedSweeps, cases: Path) -> None:
     results = clean_run(shared_sweeps, cases)
-    rows = [r for r in _rows(results, "checks", "clean") if _name(r) == "CartPole-v1.zip" and r["dtype"] == "float16" and r["output"] == "logits"]
+    rows = [
+        r
+        for r in _rows(results, "checks", "clean")
+        if _name(r) == "CartPole-v1.zip" and r["dtype"] == "float16" and r["output"] == "logits"
+    ]
     table = [r for r in rows if r["kind"] == "tolerance" and not r["passed"]]
     assert table and all(not r["gating"] for r in table)
     assert all(r["max_abs"] > r["atol"] + r["rtol"] * r["ref_max_abs"] for r in table)  # re-judged from its own columns
@@ -111,9 +162,15 @@ def test_episodes_for_every_policy_with_an_environment_in_lockstep(shared_sweeps
 
 def test_duckdb_reads_the_same_rows(shared_sweeps: SharedSweeps, cases: Path) -> None:
     results = clean_run(shared_sweeps, cases)
-    [(n, failed)] = duckdb_rows(results, "SELECT count(*), count(*) FILTER (WHERE gating AND NOT passed) FROM checks WHERE run_id = 'clean'", "checks")
+    [(n, failed)] = duckdb_rows(
+        results, "SELECT count(*), count(*) FILTER (WHERE gating AND NOT passed) FROM checks WHERE run_id = 'clean'", "checks"
+    )
     assert n == len(_rows(results, "checks", "clean")) and failed == 0
-    [(returns,)] = duckdb_rows(results, "SELECT min(episode_return) FROM episodes WHERE mode = 'deterministic' AND run_id = 'clean' AND policy = 'cartpole'", "episodes")
+    [(returns,)] = duckdb_rows(
+        results,
+        "SELECT min(episode_return) FROM episodes WHERE mode = 'deterministic' AND run_id = 'clean' AND policy = 'cartpole'",
+        "episodes",
+    )
     assert returns == 500.0  # the shipped cartpole balances the pole for the whole episode
     assert not list(results.glob(".staging/clean*")), "staging is removed once the run is written"
 
@@ -122,7 +179,9 @@ def test_perturbed_weight_fails_cross_card_only_and_names_the_layer(shared_sweep
     results = faults_run(shared_sweeps, cases)
     failed = [r for r in _failed(results, "faults") if r["device_a"] == "sim-cpu1" and r["gating"]]
     assert failed and {r["kind"] for r in failed} == {"cross_card"}
-    assert all(r["detail"].startswith("first mismatch at [") and r["n_mismatch"] > 0 for r in failed if r["output"] != "actions")
+    assert all(
+        r["detail"].startswith("first mismatch at [") and r["n_mismatch"] > 0 for r in failed if r["output"] != "actions"
+    )
     # ... and says where it broke: the perturbed weight is in the first Linear layer.
     batch_rows = [r for r in failed if not r["workload"].startswith(("episodes", "invariance"))]
     assert all("first divergent layer: body.0 Linear(" in r["detail"] for r in batch_rows), batch_rows[0]["detail"]
@@ -148,7 +207,12 @@ def test_a_corrupt_weight_fails_the_port_and_the_decisions(shared_sweeps: Shared
     results = faults_run(shared_sweeps, cases)
     failed = [r for r in _failed(results, "faults") if r["device_a"] == "sim-cpu3"]
     kinds = {(_name(r), r["kind"]) for r in failed}
-    assert {("3DBall.onnx", "cross_card"), ("3DBall.onnx", "cpu_reference"), ("cartpole", "cpu_reference"), ("cartpole", "decisions")} <= kinds
+    assert {
+        ("3DBall.onnx", "cross_card"),
+        ("3DBall.onnx", "cpu_reference"),
+        ("cartpole", "cpu_reference"),
+        ("cartpole", "decisions"),
+    } <= kinds
     port = next(r for r in failed if r["kind"] == "cpu_reference" and r["output"] == "mu" and _name(r) == "3DBall.onnx")
     assert "error_ratio" in port["detail"] and "first layer off the golden: body.0 Linear(8, 128)" in port["detail"]
 
@@ -156,7 +220,9 @@ def test_a_corrupt_weight_fails_the_port_and_the_decisions(shared_sweeps: Shared
 def test_the_onnx_loader_is_checked_against_onnxruntime_once_per_batch(shared_sweeps: SharedSweeps, cases: Path) -> None:
     results = faults_run(shared_sweeps, cases)
     rows = [r for r in _rows(results, "checks", "faults") if r["kind"] == "onnx_reference"]
-    assert rows and {(r["device_a"], r["device_b"], r["output"], r["dtype"]) for r in rows} == {("onnxruntime", "cpu-float64", "action", "float32")}
+    assert rows and {(r["device_a"], r["device_b"], r["output"], r["dtype"]) for r in rows} == {
+        ("onnxruntime", "cpu-float64", "action", "float32")
+    }
     assert all(r["passed"] and r["gating"] for r in rows)
     assert len(rows) == len({r["workload"] for r in rows}), "one row per batch, not per card: it checks the loader"
 
@@ -164,13 +230,40 @@ def test_the_onnx_loader_is_checked_against_onnxruntime_once_per_batch(shared_sw
 def test_a_defect_common_to_every_card_is_caught_against_the_golden(ray_head: Head, tmp_path: Path) -> None:
     """TF32-style float32 and a float16 accumulator on every card: the cards agree bit for bit, so
     only the port rule can see it."""
-    proc = cli("sweep", "--policy", "cartpole", "--policy", "huggy-arch", "--dtypes", "float32,float16", "--episodes", "0",
-               "--batch-sizes", "1,8,4096", "--inject-fault", "all:reduced-fp32", "--inject-fault", "all:fp16-accumulate",
-               "--accelerator", "cpu", "--cards", "2", "--no-progress", "--address", ray_head.address, "--results", str(tmp_path), "--run-id", "all")
+    proc = cli(
+        "sweep",
+        "--policy",
+        "cartpole",
+        "--policy",
+        "huggy-arch",
+        "--dtypes",
+        "float32,float16",
+        "--episodes",
+        "0",
+        "--batch-sizes",
+        "1,8,4096",
+        "--inject-fault",
+        "all:reduced-fp32",
+        "--inject-fault",
+        "all:fp16-accumulate",
+        "--accelerator",
+        "cpu",
+        "--cards",
+        "2",
+        "--no-progress",
+        "--address",
+        ray_head.address,
+        "--results",
+        str(tmp_path),
+        "--run-id",
+        "all",
+    )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     checks = _rows(tmp_path, "checks", "all")
     assert all(r["bitwise_equal"] for r in checks if r["kind"] == "cross_card")
-    float32 = [r for r in checks if r["kind"] == "cpu_reference" and r["dtype"] == "float32" and r["output"] in ("logits", "mu")]
+    float32 = [
+        r for r in checks if r["kind"] == "cpu_reference" and r["dtype"] == "float32" and r["output"] in ("logits", "mu")
+    ]
     assert float32 and not any(r["passed"] for r in float32), "at every batch size"
     assert all(r["error_ratio"] > 100 for r in float32 if r["workload"] == "normal-b4096-s0")
     float16 = [r for r in checks if r["kind"] == "cpu_reference" and r["dtype"] == "float16" and r["policy"] == "huggy-arch"]
@@ -181,8 +274,29 @@ def test_a_defect_common_to_every_card_is_caught_against_the_golden(ray_head: He
 
 def test_a_card_that_crashes_once_is_restarted_and_one_that_keeps_dying_is_recorded(ray_head: Head, tmp_path: Path) -> None:
     results = tmp_path
-    proc = cli("sweep", "--policy", "cartpole", "--dtypes", "float32", "--episodes", "1", "--batch-sizes", "1,8", "--cards", "3",
-               *CRASHES, "--accelerator", "cpu", "--no-progress", "--address", ray_head.address, "--results", str(results), "--run-id", "crashes")
+    proc = cli(
+        "sweep",
+        "--policy",
+        "cartpole",
+        "--dtypes",
+        "float32",
+        "--episodes",
+        "1",
+        "--batch-sizes",
+        "1,8",
+        "--cards",
+        "3",
+        *CRASHES,
+        "--accelerator",
+        "cpu",
+        "--no-progress",
+        "--address",
+        ray_head.address,
+        "--results",
+        str(results),
+        "--run-id",
+        "crashes",
+    )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     checks = _rows(results, "checks", "crashes")
     errors = [r for r in checks if r["kind"] == "error"]

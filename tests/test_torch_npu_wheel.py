@@ -184,7 +184,11 @@ def assigned_names(node: ast.Assign | ast.AnnAssign) -> set[str]:
 def exported(tree: ast.Module, name: str) -> set[str]:
     """What `from module import *` binds, as far as `name` goes: `__all__` if the module has one."""
     for node in tree.body:
-        if isinstance(node, ast.Assign) and "__all__" in assigned_names(node) and isinstance(node.value, (ast.List, ast.Tuple)):
+        if (
+            isinstance(node, ast.Assign)
+            and "__all__" in assigned_names(node)
+            and isinstance(node.value, (ast.List, ast.Tuple))
+        ):
             return {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
     return set() if name.startswith("_") else {name}
 
@@ -200,8 +204,11 @@ def class_attributes(node: ast.ClassDef) -> set[str]:
             names.add(item.name)
             if item.name in ("__getattr__", "__setattr__"):
                 names |= {
-                    c.value for compare in ast.walk(item) if isinstance(compare, ast.Compare)
-                    for c in compare.comparators if isinstance(c, ast.Constant) and isinstance(c.value, str)
+                    c.value
+                    for compare in ast.walk(item)
+                    if isinstance(compare, ast.Compare)
+                    for c in compare.comparators
+                    if isinstance(c, ast.Constant) and isinstance(c.value, str)
                 }
     return names
 

@@ -78,8 +78,14 @@ def test_bfloat16_cards_pass_and_ulps_count_in_bfloat16(cartpole) -> None:
     card = _outputs(cartpole, "bfloat16", batch)
     assert not _failed([c for c in _judge(cartpole, "bfloat16", batch, {"sim-cpu0": card}) if c.gating])
     shifted = dict(card, logits=card["logits"].copy())
-    shifted["logits"][0, 0] = np.nextafter(card["logits"][0, 0].astype(ml_dtypes.bfloat16), ml_dtypes.bfloat16(np.inf)).astype(np.float32)
-    [row] = [c for c in _judge(cartpole, "bfloat16", batch, {"sim-cpu0": card, "sim-cpu1": shifted}) if c.kind == "cross_card" and not c.passed]
+    shifted["logits"][0, 0] = np.nextafter(card["logits"][0, 0].astype(ml_dtypes.bfloat16), ml_dtypes.bfloat16(np.inf)).astype(
+        np.float32
+    )
+    [row] = [
+        c
+        for c in _judge(cartpole, "bfloat16", batch, {"sim-cpu0": card, "sim-cpu1": shifted})
+        if c.kind == "cross_card" and not c.passed
+    ]
     assert row.result.max_ulp == 1, "one bfloat16 ULP, not 65536 float32 ULPs"
 
 
@@ -108,7 +114,9 @@ def test_a_near_tie_flip_passes_decisions(cartpole) -> None:
     i = int(np.argmin(margins))  # the closest call of 4096: a float16 card may go either way
     flipped = dict(out, action=out["action"].copy())
     flipped["action"][i] = 1 - golden["action"][i]
-    checks = [c for c in _judge(cartpole, "float16", batch, {"sim-cpu0": flipped}) if c.kind == "decisions" and c.output == "action"]
+    checks = [
+        c for c in _judge(cartpole, "float16", batch, {"sim-cpu0": flipped}) if c.kind == "decisions" and c.output == "action"
+    ]
     result = checks[0].result
     assert result.passed and result.n_flips >= 1 and result.n_near_ties == result.n_flips, (margins[i], result)
 
@@ -140,7 +148,11 @@ def test_the_float16_false_alarm_passes_the_port_and_is_reported_by_the_table(ca
     any device, since the error is float16's own; the port rule, against the golden, passes."""
     policy = load_policy(str(cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip"))
     batch = make_batch(policy.info, "normal", 4096, seed=1)
-    checks = {c.kind: c for c in _judge(policy, "float16", batch, {"sim-cpu0": _outputs(policy, "float16", batch)}) if c.output == "logits"}
+    checks = {
+        c.kind: c
+        for c in _judge(policy, "float16", batch, {"sim-cpu0": _outputs(policy, "float16", batch)})
+        if c.output == "logits"
+    }
     assert checks["cpu_reference"].passed and checks["cpu_reference"].result.error_ratio < 1.5
     table = checks["tolerance"]
     assert not table.passed and not table.gating and "max_abs" in table.result.detail
@@ -164,7 +176,10 @@ def test_the_loader_check_judges_onnxruntime_by_the_port_rule(cartpole) -> None:
     golden, float32 = _outputs(cartpole, GOLDEN, batch), _outputs(cartpole, "float32", batch)
     onnx = {"logits": float32["logits"].copy(), "action": float32["action"].copy()}
     rules = _rules(cartpole, "float32")
-    assert all(c.passed and c.kind == "onnx_reference" and c.device_a == "onnxruntime" for c in judge_onnx(rules, onnx, float32, golden))
+    assert all(
+        c.passed and c.kind == "onnx_reference" and c.device_a == "onnxruntime"
+        for c in judge_onnx(rules, onnx, float32, golden)
+    )
     onnx["logits"] = onnx["logits"] * np.float32(1.001)  # a loader that misread a weight
     [bad] = _failed(judge_onnx(rules, onnx, float32, golden))
     assert bad.output == "logits" and bad.result.error_ratio > 100
@@ -183,8 +198,13 @@ def test_batch_invariance_is_bit_for_bit_and_gates_only_when_required(cartpole) 
 
 
 def _episode(seed: int, actions: list[int]) -> EpisodeOutput:
-    return EpisodeOutput(episode_seed=seed, stochastic=False, actions=np.asarray(actions, dtype=np.int64),
-                         episode_return=float(len(actions)), length=len(actions))
+    return EpisodeOutput(
+        episode_seed=seed,
+        stochastic=False,
+        actions=np.asarray(actions, dtype=np.int64),
+        episode_return=float(len(actions)),
+        length=len(actions),
+    )
 
 
 def test_episodes_report_the_seed_and_step_where_trajectories_part() -> None:
@@ -192,7 +212,12 @@ def test_episodes_report_the_seed_and_step_where_trajectories_part() -> None:
     card1 = [_episode(0, [0, 1, 0, 1]), _episode(1, [1, 1, 1, 0])]
     checks, steps = judge_episodes({"sim-cpu0": ref, "sim-cpu1": card1}, ref)
     [failed] = _failed(checks)
-    assert (failed.kind, failed.output, failed.result.episode_seed, failed.result.first_divergent_step) == ("cross_card", "actions", 1, 2)
+    assert (failed.kind, failed.output, failed.result.episode_seed, failed.result.first_divergent_step) == (
+        "cross_card",
+        "actions",
+        1,
+        2,
+    )
     assert failed.result.detail == "1 of 2 trajectories part; seed 1 first, at step 2"
     # returns are equal, so the return check passes but still says where seed 1 parted
     ret = next(c for c in checks if c.kind == "episode_return" and c.device_a == "sim-cpu1")
@@ -214,7 +239,11 @@ def test_episode_returns_that_differ_fail_across_cards_and_against_the_cpu() -> 
     fell = [_episode(0, [0, 1] * 20 + [1, 1])]  # the pole falls: a shorter episode, a lower return
     checks, _ = judge_episodes({"sim-cpu0": ref, "sim-cpu1": fell}, ref)
     failed = {(c.kind, c.output, c.device_a) for c in _failed(checks)}
-    assert failed == {("cross_card", "actions", "sim-cpu1"), ("cross_card", "returns", "sim-cpu1"), ("episode_return", "returns", "sim-cpu1")}
+    assert failed == {
+        ("cross_card", "actions", "sim-cpu1"),
+        ("cross_card", "returns", "sim-cpu1"),
+        ("episode_return", "returns", "sim-cpu1"),
+    }
     ret = next(c for c in checks if c.kind == "episode_return" and c.device_a == "sim-cpu1").result
     assert (ret.return_a, ret.return_b, ret.return_rtol) == (42.0, 100.0, 0.05) and ret.return_rel_diff == pytest.approx(0.58)
     assert "mean return 42 vs the CPU's 100" in ret.detail and "seed 0 first, at step 40" in ret.detail

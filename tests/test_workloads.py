@@ -15,7 +15,7 @@ from harness.workloads import batch_sha256, make_batch
 def test_same_seed_same_bytes_other_seed_other_bytes() -> None:
     info = load_policy("huggy-arch").info
     a, b = make_batch(info, "normal", 8, seed=0), make_batch(info, "normal", 8, seed=0)
-    assert a.sha256 == b.sha256 and all(np.array_equal(x, y) for x, y in zip(a.obs, b.obs))
+    assert a.sha256 == b.sha256 and all(np.array_equal(x, y) for x, y in zip(a.obs, b.obs, strict=True))
     assert make_batch(info, "normal", 8, seed=1).sha256 != a.sha256
     assert a.sha256 == batch_sha256(a.obs, a.noise)
     assert a.obs[0].dtype == np.float32 and a.obs[0].shape == (8, 59) and a.noise.shape == (8, 21)
@@ -58,9 +58,9 @@ def test_unit_ids_are_stable_and_distinct() -> None:
     assert len(set(ids)) == len(ids)
     # float32 on cards that reduce their matmuls (TF32) is another unit than float32
     tf32 = plan_units(config, policies, inputs, {"float32": "float32-tf32", "bfloat16": "bfloat16"})
-    changed = {u.workload for u, v in zip(units, tf32) if u.unit_id != v.unit_id}
+    changed = {u.workload for u, v in zip(units, tf32, strict=True) if u.unit_id != v.unit_id}
     assert {u.dtype for u in tf32} == {"float32-tf32", "bfloat16"} and changed
-    assert all(u.unit_id == v.unit_id for u, v in zip(units, tf32) if u.dtype == "bfloat16")
+    assert all(u.unit_id == v.unit_id for u, v in zip(units, tf32, strict=True) if u.dtype == "bfloat16")
     kinds = {type(u.work).__name__ for u in units}
     assert kinds == {"BatchWork", "InvarianceWork", "EpisodeWork"}
 
@@ -76,7 +76,10 @@ def test_float32_on_cards_that_reduce_their_matmuls_is_labelled_so() -> None:
     strict = {"label": "cuda0", "settings": {"torch.backends.cuda.matmul.fp32_precision": "ieee"}}
     tf32 = {"label": "cuda1", "settings": {"torch.backends.cuda.matmul.fp32_precision": "tf32"}}
     hf32 = {"label": "npu0", "settings": {"torch_npu.npu.matmul.allow_hf32": True}}
-    assert dtype_labels(["float32", "float16"], [strict, dict(strict, label="cuda2")]) == {"float32": "float32", "float16": "float16"}
+    assert dtype_labels(["float32", "float16"], [strict, dict(strict, label="cuda2")]) == {
+        "float32": "float32",
+        "float16": "float16",
+    }
     assert dtype_labels(["float32", "bfloat16"], [tf32]) == {"float32": "float32-tf32", "bfloat16": "bfloat16"}
     assert dtype_labels(["float32"], [hf32]) == {"float32": "float32-hf32"}
     with pytest.raises(UsageError, match="different modes"):

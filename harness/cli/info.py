@@ -9,7 +9,19 @@ from importlib import metadata
 
 from harness import __version__
 
-PACKAGES = ("torch", "torch-npu", "ray", "numpy", "gymnasium", "seals", "onnx", "onnxruntime", "pyarrow", "duckdb", "stable-baselines3")
+PACKAGES = (
+    "torch",
+    "torch-npu",
+    "ray",
+    "numpy",
+    "gymnasium",
+    "seals",
+    "onnx",
+    "onnxruntime",
+    "pyarrow",
+    "duckdb",
+    "stable-baselines3",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 FORMATS = ("table", "csv", "json")
-EXAMPLE = "harness query \"SELECT run_id, policy, dtype, kind, detail FROM checks WHERE NOT passed\""
+EXAMPLE = 'harness query "SELECT run_id, policy, dtype, kind, detail FROM checks WHERE NOT passed"'
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,7 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"with the run id as a VARCHAR column run_id. Example: {EXAMPLE}",
     )
     parser.add_argument("sql", help="the SQL statement")
-    parser.add_argument("--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)")
+    parser.add_argument(
+        "--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)"
+    )
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
     parser.set_defaults(func=run)
 

@@ -19,12 +19,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "HTML page. With --compare, what got worse from RUN_A to RUN_B. Exit 1 when the run has a failed check "
         "(or B regressed), 0 otherwise.",
     )
-    parser.add_argument("run_id", nargs="?", metavar="RUN_ID", help="run to report, or a unique prefix of its id (default: the latest started)")
-    parser.add_argument("--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)")
+    parser.add_argument(
+        "run_id", nargs="?", metavar="RUN_ID", help="run to report, or a unique prefix of its id (default: the latest started)"
+    )
+    parser.add_argument(
+        "--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)"
+    )
     parser.add_argument("--out", metavar="DIR", help="write PNG plots and report.html into DIR")
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="show what got worse from RUN_A to RUN_B")
-    parser.add_argument("--error-factor", type=float, default=2.0, help="with --compare: flag max_abs that grew more than this factor (default: 2)")
-    parser.add_argument("--drop-percent", type=float, default=10.0, help="with --compare: flag decisions/s that dropped more than this (default: 10)")
+    parser.add_argument(
+        "--error-factor",
+        type=float,
+        default=2.0,
+        help="with --compare: flag max_abs that grew more than this factor (default: 2)",
+    )
+    parser.add_argument(
+        "--drop-percent",
+        type=float,
+        default=10.0,
+        help="with --compare: flag decisions/s that dropped more than this (default: 10)",
+    )
     parser.set_defaults(func=run)
 
 

@@ -80,6 +80,7 @@ def npu_settings(torch_npu: Any) -> dict[str, object]:
 def npu_runtime(torch_npu: Any) -> dict[str, str]:
     """What the card is and runs on: versions, the SoC, and its id as Ray assigned it; "" where
     unreadable (and everywhere but the id with torch_npu None)."""
+
     def read(get: Callable[[], object]) -> str:
         value = guarded(get)
         return "" if value is None else str(value)

@@ -15,6 +15,7 @@ are read and set where they exist; the legacy flags only on an older torch, whic
 from __future__ import annotations
 
 import os
+from functools import partial
 
 import torch
 
@@ -97,7 +98,7 @@ def read_precision(kind: Kind) -> dict[str, object]:
     """How this process's card computes, keyed by the setting's own name: None where this version
     has no such setting (or an environment variable is unset). Never raises."""
     paths = fp32_switches(kind) + REDUCED_REDUCTIONS[kind] + DETERMINISM[kind]
-    settings = {path: guarded(lambda: _get(path)) for path in paths}
+    settings = {path: guarded(partial(_get, path)) for path in paths}
     settings["torch.are_deterministic_algorithms_enabled()"] = guarded(torch.are_deterministic_algorithms_enabled)
     settings |= {name: os.environ.get(name) for name in ENVIRONMENT[kind]}
     if kind == "npu":

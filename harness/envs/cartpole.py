@@ -38,6 +38,7 @@ THETA_THRESHOLD = 12 * 2 * math.pi / 360
 X_THRESHOLD = 2.4
 RESET_LOW, RESET_HIGH = -0.05, 0.05
 
+
 class VecCartPole:
     """Numpy `seals/CartPole-v0`. The state is kept as four contiguous float64 rows (x, x_dot,
     theta, theta_dot): numpy may pick other SIMD kernels for strided columns."""
@@ -72,7 +73,9 @@ class VecCartPole:
         costheta = np.cos(theta)
         sintheta = np.sin(theta)
         temp = (force + POLEMASS_LENGTH * np.square(theta_dot) * sintheta) / TOTAL_MASS
-        thetaacc = (GRAVITY * sintheta - costheta * temp) / (LENGTH * (4.0 / 3.0 - MASSPOLE * np.square(costheta) / TOTAL_MASS))
+        thetaacc = (GRAVITY * sintheta - costheta * temp) / (
+            LENGTH * (4.0 / 3.0 - MASSPOLE * np.square(costheta) / TOTAL_MASS)
+        )
         xacc = temp - POLEMASS_LENGTH * thetaacc * costheta / TOTAL_MASS
         # Euler integration, each update from the previous step's values.
         x, x_dot, theta, theta_dot = (x + TAU * x_dot, x_dot + TAU * xacc, theta + TAU * theta_dot, theta_dot + TAU * thetaacc)

@@ -46,7 +46,7 @@ class GymEnvs:
         if seeds is not None and len(seeds) != self.n_envs:
             raise ValueError(f"{len(seeds)} seeds for {self.n_envs} environments")
         per_env = [None] * self.n_envs if seeds is None else [int(s) for s in seeds]
-        for i, (env, seed) in enumerate(zip(self.envs, per_env)):
+        for i, (env, seed) in enumerate(zip(self.envs, per_env, strict=True)):
             self.obs[i] = self._flat(env.reset(seed=seed)[0])
         self.terminated[:], self.truncated[:] = False, False
         return self.obs.copy()

@@ -84,8 +84,13 @@ def play(
     batch_size = len(row_seeds) if batching == "lockstep" else 1
     episodes = [
         EpisodeOutput(
-            seed, stochastic, np.ascontiguousarray(history[: lengths[row], row]), float(totals[row]), int(lengths[row]),
-            batching=batching, batch_size=batch_size,
+            seed,
+            stochastic,
+            np.ascontiguousarray(history[: lengths[row], row]),
+            float(totals[row]),
+            int(lengths[row]),
+            batching=batching,
+            batch_size=batch_size,
         )
         for row, seed in enumerate(row_seeds)
     ]

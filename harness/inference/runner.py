@@ -52,7 +52,9 @@ class Runner:
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
         return run_batch(self.policy(key, dtype), self.device, obs, noise)
 
-    def run_episodes(self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str) -> list[EpisodeOutput]:
+    def run_episodes(
+        self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str
+    ) -> list[EpisodeOutput]:
         """`batching`: "lockstep" (one forward per step over all `seeds`) or "single" (batch 1)."""
         return run_episodes(self.policy(key, dtype), self.device, env_id, seeds, stochastic, batching)
 

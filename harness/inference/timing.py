@@ -111,7 +111,9 @@ def measure_latency(body: Callable[[], object], sync: Callable[[], None], budget
     return LatencyStats(float(first), float(p50), float(p95), float(p99), float(times.mean()), iterations)
 
 
-def run_for(body: Callable[[], object], sync: Callable[[], None], start_at: float, duration_s: float) -> tuple[int, float, float]:
+def run_for(
+    body: Callable[[], object], sync: Callable[[], None], start_at: float, duration_s: float
+) -> tuple[int, float, float]:
     """Call `body` back to back for `duration_s` from wall-clock `start_at`: (calls, seconds,
     CPU seconds of this process).
 

@@ -187,7 +187,14 @@ def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance)
 
 
 def _comparison(
-    a: np.ndarray, same: np.ndarray, ulp: np.ndarray, m: Measures, tol: Tolerance | None, scale: float | None, passed: bool, detail: str
+    a: np.ndarray,
+    same: np.ndarray,
+    ulp: np.ndarray,
+    m: Measures,
+    tol: Tolerance | None,
+    scale: float | None,
+    passed: bool,
+    detail: str,
 ) -> Comparison:
     """The record of a bitwise or tolerance verdict: what was measured next to what judged it."""
     return Comparison(
@@ -224,8 +231,7 @@ def compare_decisions(
         raise ValueError(f"actions must be an integer array, got {actions.dtype}")
     if ref_scores.shape[:-1] != actions.shape or ref_scores.ndim != actions.ndim + 1 or ref_scores.shape[-1] == 0:
         raise ValueError(
-            f"ref_scores must have shape actions.shape + (n_actions,) = {actions.shape} + (k,), "
-            f"got {ref_scores.shape}"
+            f"ref_scores must have shape actions.shape + (n_actions,) = {actions.shape} + (k,), got {ref_scores.shape}"
         )
     if bits_dtype(ref_scores.dtype) is None:
         raise ValueError(f"ref_scores must be a float array, got {ref_scores.dtype}")
@@ -309,7 +315,6 @@ def _first_mismatch(a: np.ndarray, b: np.ndarray, same: np.ndarray, ulp: np.ndar
     return text
 
 
-
 def _max_abs_reason(actual: np.ndarray, reference: np.ndarray, max_abs: float, tol: Tolerance, bound: float) -> str:
     """Why max_abs failed, with the worst element shown in its own dtype's shortest form."""
     act64, ref64 = as_float64(actual), as_float64(reference)
@@ -321,8 +326,9 @@ def _max_abs_reason(actual: np.ndarray, reference: np.ndarray, max_abs: float, t
     )
 
 
-
-def _describe_flip(actions: np.ndarray, ref_actions: np.ndarray, margin: np.ndarray, limit: np.ndarray, mask: np.ndarray) -> str:
+def _describe_flip(
+    actions: np.ndarray, ref_actions: np.ndarray, margin: np.ndarray, limit: np.ndarray, mask: np.ndarray
+) -> str:
     idx = first_index(mask)
     return (
         f"first at {format_index(idx)}: action {actions[idx]}, reference {ref_actions[idx]} "

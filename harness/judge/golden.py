@@ -28,6 +28,7 @@ import numpy as np
 from harness.dtypes import MANTISSA_BITS
 from harness.judge.numerics import as_float64, first_index, format_index, max_float, measure
 
+
 def eps(dtype: str) -> float:
     if dtype not in MANTISSA_BITS:
         raise ValueError(f"no mantissa width known for dtype {dtype!r}; known: {', '.join(MANTISSA_BITS)}")
@@ -61,7 +62,9 @@ class RatioLimits:
 
     def __post_init__(self) -> None:
         if not 1.0 <= self.large <= self.medium <= self.small:
-            raise ValueError(f"ratio limits must satisfy 1 <= large <= medium <= small, got {self.large}, {self.medium}, {self.small}")
+            raise ValueError(
+                f"ratio limits must satisfy 1 <= large <= medium <= small, got {self.large}, {self.medium}, {self.small}"
+            )
 
     def for_size(self, n: int) -> float:
         if n >= self.LARGE_N:
@@ -121,13 +124,27 @@ def compare_to_golden(
         if not max_ratio <= limit:
             idx = np.unravel_index(int(np.argmax(np.abs(act - gold))), act.shape)
             reasons.append(
-                f"max_ratio {max_ratio:.3g} > {limit:g}: largest error {m.max_abs:.3g} at {format_index(tuple(int(i) for i in idx))} "
-                f"({what} {act[idx]:.9g}, golden {gold[idx]:.9g}), the CPU's largest in {dtype} {cpu_max:.3g} (floor {max_floor:.3g})"
+                f"max_ratio {max_ratio:.3g} > {limit:g}: largest error {m.max_abs:.3g} at "
+                f"{format_index(tuple(int(i) for i in idx))} "
+                f"({what} {act[idx]:.9g}, golden {gold[idx]:.9g}), the CPU's largest in {dtype} {cpu_max:.3g} (floor "
+                f"{max_floor:.3g})"
             )
     return GoldenComparison(
-        passed=not reasons, n_elements=n, max_abs=m.max_abs, mean_abs=m.mean_abs, max_rel=m.max_rel, cosine=m.cosine,
-        golden_rmse=golden_rmse, cpu_golden_rmse=cpu_rmse, rmse_floor=rmse_floor, error_ratio=error_ratio,
-        cpu_golden_max_abs=cpu_max, max_floor=max_floor, max_ratio=max_ratio, ratio_limit=limit, detail="; ".join(reasons),
+        passed=not reasons,
+        n_elements=n,
+        max_abs=m.max_abs,
+        mean_abs=m.mean_abs,
+        max_rel=m.max_rel,
+        cosine=m.cosine,
+        golden_rmse=golden_rmse,
+        cpu_golden_rmse=cpu_rmse,
+        rmse_floor=rmse_floor,
+        error_ratio=error_ratio,
+        cpu_golden_max_abs=cpu_max,
+        max_floor=max_floor,
+        max_ratio=max_ratio,
+        ratio_limit=limit,
+        detail="; ".join(reasons),
     )
 
 
@@ -165,4 +182,7 @@ def _nonfinite(x: np.ndarray, golden: np.ndarray, what: str) -> list[str]:
     if not bad.any():
         return []
     idx = first_index(bad)
-    return [f"{x[idx]} in the {what}'s output where the golden is finite ({np.count_nonzero(bad)} of {x.size}, first at {format_index(idx)})"]
+    return [
+        f"{x[idx]} in the {what}'s output where the golden is finite ({np.count_nonzero(bad)} of {x.size}, first at "
+        f"{format_index(idx)})"
+    ]

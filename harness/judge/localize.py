@@ -52,7 +52,10 @@ class Divergence:
         where = f"{self.layer} {self.module}" if self.module else self.layer
         c = self.comparison
         if isinstance(c, Comparison):
-            parts = [f"first divergent layer: {where} ({c.detail})", f"{c.n_mismatch} of {c.n_elements} elements differ, max {c.max_ulp} ulp"]
+            parts = [
+                f"first divergent layer: {where} ({c.detail})",
+                f"{c.n_mismatch} of {c.n_elements} elements differ, max {c.max_ulp} ulp",
+            ]
             parts.append("input: the observations" if self.layers_checked == 1 else "inputs identical")
         else:
             parts = [f"first layer off the golden: {where} ({c.detail})"]
@@ -92,7 +95,9 @@ def first_layer_off_golden(
         ratios.append(_layer_ratio(layer, comparison, ratios[-1] if ratios else None))
         if not comparison.passed:
             error = np.abs(as_float64(acts[layer]) - as_float64(golden[layer]))
-            index = tuple(int(i) for i in np.unravel_index(int(np.nanargmax(np.where(np.isnan(error), np.inf, error))), error.shape))
+            index = tuple(
+                int(i) for i in np.unravel_index(int(np.nanargmax(np.where(np.isnan(error), np.inf, error))), error.shape)
+            )
             return Divergence(layer, (modules or {}).get(layer, ""), index, comparison, checked, tuple(ratios))
     return None
 

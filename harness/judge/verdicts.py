@@ -113,8 +113,20 @@ def error_check(device: str, message: str) -> Check:
     """A card that produced nothing: recorded as a failed check, never skipped."""
     nan = float("nan")
     result = Comparison(
-        passed=False, bitwise_equal=False, n_elements=0, n_mismatch=0, max_ulp=0, max_abs=nan, mean_abs=nan,
-        max_rel=nan, cosine=nan, ref_max_abs=None, atol=None, rtol=None, min_cos=None, detail=message,
+        passed=False,
+        bitwise_equal=False,
+        n_elements=0,
+        n_mismatch=0,
+        max_ulp=0,
+        max_abs=nan,
+        mean_abs=nan,
+        max_rel=nan,
+        cosine=nan,
+        ref_max_abs=None,
+        atol=None,
+        rtol=None,
+        min_cos=None,
+        detail=message,
     )
     return Check("*", "error", device, "", True, result)
 
@@ -160,7 +172,9 @@ def judge_batch(
     return checks
 
 
-def _decisions(rules: Rules, output: str, label: str, actions: np.ndarray, golden: Outputs, cpu_same: Outputs, noise: np.ndarray) -> Check:
+def _decisions(
+    rules: Rules, output: str, label: str, actions: np.ndarray, golden: Outputs, cpu_same: Outputs, noise: np.ndarray
+) -> Check:
     """Argmax against the golden's; a flip is a near-tie when the golden's margin is within what
     the dtype may move two scores by (the CPU's largest logit error in that row, times the limit)."""
     logits = golden["logits"]
@@ -213,21 +227,46 @@ def judge_episodes(
     checks: list[Check] = []
     for label in labels[1:]:
         checks.append(Check("actions", "cross_card", label, labels[0], True, _trajectories(cards[label], cards[labels[0]])))
-        checks.append(Check("returns", "cross_card", label, labels[0], True, compare_bitwise(_returns(cards[label]), _returns(cards[labels[0]]))))
-    steps = {label: [first_divergent_step(e.actions, r.actions) for e, r in zip(episodes, reference)] for label, episodes in cards.items()}
+        checks.append(
+            Check(
+                "returns",
+                "cross_card",
+                label,
+                labels[0],
+                True,
+                compare_bitwise(_returns(cards[label]), _returns(cards[labels[0]])),
+            )
+        )
+    steps = {
+        label: [first_divergent_step(e.actions, r.actions) for e, r in zip(episodes, reference, strict=True)]
+        for label, episodes in cards.items()
+    }
     for label, episodes in cards.items():
-        checks.append(Check("returns", "episode_return", label, REFERENCE, True, _mean_return(episodes, reference, steps[label])))
+        checks.append(
+            Check("returns", "episode_return", label, REFERENCE, True, _mean_return(episodes, reference, steps[label]))
+        )
     return checks, steps
 
 
 def _trajectories(mine: list[EpisodeOutput], theirs: list[EpisodeOutput]) -> EpisodeComparison:
     """Every episode's actions bit for bit; the first one that parts, and where."""
-    parted = [(m.episode_seed, step) for m, t in zip(mine, theirs) if (step := first_divergent_step(m.actions, t.actions)) is not None]
+    parted = [
+        (m.episode_seed, step)
+        for m, t in zip(mine, theirs, strict=True)
+        if (step := first_divergent_step(m.actions, t.actions)) is not None
+    ]
     seed, step = parted[0] if parted else (None, None)
     detail = f"{len(parted)} of {len(mine)} trajectories part; seed {seed} first, at step {step}" if parted else ""
     return EpisodeComparison(
-        passed=not parted, n_elements=len(mine), episode_seed=seed, first_divergent_step=step,
-        return_a=None, return_b=None, return_rel_diff=None, return_rtol=None, detail=detail,
+        passed=not parted,
+        n_elements=len(mine),
+        episode_seed=seed,
+        first_divergent_step=step,
+        return_a=None,
+        return_b=None,
+        return_rel_diff=None,
+        return_rtol=None,
+        detail=detail,
     )
 
 
@@ -237,14 +276,25 @@ def _mean_return(episodes: list[EpisodeOutput], reference: list[EpisodeOutput], 
     mine, theirs = float(_returns(episodes).mean()), float(_returns(reference).mean())
     rel = abs(mine - theirs) / abs(theirs) if theirs else (0.0 if mine == theirs else float("inf"))
     passed = bool(np.isfinite(mine)) and rel <= EPISODE_RETURN_RTOL
-    parted = [(e.episode_seed, s) for e, s in zip(episodes, steps) if s is not None]
-    reasons = [] if passed else [f"mean return {mine:.6g} vs the CPU's {theirs:.6g}: {rel:.3g} apart > {EPISODE_RETURN_RTOL:g}"]
+    parted = [(e.episode_seed, s) for e, s in zip(episodes, steps, strict=True) if s is not None]
+    reasons = (
+        [] if passed else [f"mean return {mine:.6g} vs the CPU's {theirs:.6g}: {rel:.3g} apart > {EPISODE_RETURN_RTOL:g}"]
+    )
     if parted:
-        reasons.append(f"{len(parted)} of {len(episodes)} episodes part from the CPU's; seed {parted[0][0]} first, at step {parted[0][1]}")
+        reasons.append(
+            f"{len(parted)} of {len(episodes)} episodes part from the CPU's; seed {parted[0][0]} first, at step {parted[0][1]}"
+        )
     seed, step = parted[0] if parted else (None, None)
     return EpisodeComparison(
-        passed=passed, n_elements=len(episodes), episode_seed=seed, first_divergent_step=step, return_a=mine,
-        return_b=theirs, return_rel_diff=rel, return_rtol=EPISODE_RETURN_RTOL, detail="; ".join(reasons),
+        passed=passed,
+        n_elements=len(episodes),
+        episode_seed=seed,
+        first_divergent_step=step,
+        return_a=mine,
+        return_b=theirs,
+        return_rel_diff=rel,
+        return_rtol=EPISODE_RETURN_RTOL,
+        detail="; ".join(reasons),
     )
 
 

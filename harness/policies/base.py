@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from harness.dtypes import CARD_DTYPES, GOLDEN, REDUCED_FLOAT32
+import itertools
 
 ActionKind = Literal["discrete", "continuous"]
 
@@ -197,6 +198,6 @@ def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
 def mlp(sizes: list[int], activation: type[nn.Module]) -> nn.Sequential:
     """Linear, activation, Linear, activation, ... for consecutive `sizes` (the body, no head)."""
     layers: list[nn.Module] = []
-    for n_in, n_out in zip(sizes[:-1], sizes[1:]):
+    for n_in, n_out in itertools.pairwise(sizes):
         layers += [nn.Linear(n_in, n_out), activation()]
     return nn.Sequential(*layers)

@@ -80,7 +80,7 @@ def export_onnx(policy: PolicyNet, out: Path) -> None:
         names = [f"obs_{i}" for i in range(len(info.obs_sizes))]
         mu = _body_and_head(b, policy, names, "mu")
         outputs = _mlagents_outputs(b, policy, mu)
-    inputs = [_tensor(name, TensorProto.FLOAT, [BATCH, size]) for name, size in zip(names, info.obs_sizes)]
+    inputs = [_tensor(name, TensorProto.FLOAT, [BATCH, size]) for name, size in zip(names, info.obs_sizes, strict=True)]
     graph = helper.make_graph(b.nodes, info.name, inputs, outputs, b.initializers)
     model = helper.make_model(
         graph,
@@ -112,7 +112,7 @@ def _body_and_head(b: _Builder, policy: PolicyNet, inputs: list[str], head_name:
         mean = normalizer.mean()
         std = normalizer.std()  # the float32 value the torch forward divides by
         start = 0
-        for i, (name, size) in enumerate(zip(inputs, policy.info.obs_sizes)):
+        for i, (name, size) in enumerate(zip(inputs, policy.info.obs_sizes, strict=True)):
             prefix = f"normalizer.{i}"
             x = b.op("Sub", [name, b.constant(f"{prefix}.running_mean", mean[start : start + size])], f"{prefix}/Sub")
             x = b.op("Div", [x, b.constant(f"{prefix}.std", std[start : start + size])], f"{prefix}/Div")

@@ -37,7 +37,7 @@ def huggy_state_dict() -> dict[str, torch.Tensor]:
     }
     sizes = [OBS_SIZE, *HIDDEN, ACTION_SIZE]
     names = [f"{BODY}.{2 * i}" for i in range(len(HIDDEN))] + [f"{HEAD}.mu"]
-    for name, n_in, n_out in zip(names, sizes[:-1], sizes[1:]):
+    for name, n_in, n_out in zip(names, sizes[:-1], sizes[1:], strict=True):
         bound = n_in**-0.5  # the scale of PyTorch's default Linear init
         state[f"{name}.weight"] = uniform((n_out, n_in), -bound, bound)
         state[f"{name}.bias"] = uniform((n_out,), -bound, bound)

@@ -43,15 +43,13 @@ class MLAgentsWeights:
         width = sum(self.obs_sizes)
         if self.normalizer is not None and tuple(self.normalizer.running_mean.shape) != (width,):
             raise LayoutError(
-                f"normalizer covers {tuple(self.normalizer.running_mean.shape)} values, "
-                f"the observations have {width}"
+                f"normalizer covers {tuple(self.normalizer.running_mean.shape)} values, the observations have {width}"
             )
         for index, (weight, bias) in enumerate([*self.layers, self.mu]):
             what = "mu" if index == len(self.layers) else f"layer {index}"
             if weight.dim() != 2 or weight.shape[1] != width or tuple(bias.shape) != (weight.shape[0],):
                 raise LayoutError(
-                    f"{what} has weight {tuple(weight.shape)} and bias {tuple(bias.shape)}, "
-                    f"expected [out, {width}] and [out]"
+                    f"{what} has weight {tuple(weight.shape)} and bias {tuple(bias.shape)}, expected [out, {width}] and [out]"
                 )
             width = weight.shape[0]
         if self.log_sigma is not None:
@@ -99,7 +97,7 @@ class MLAgentsWeights:
             head = nn.Linear(self.mu[0].shape[1], self.action_size)
         linears = [module for module in body if isinstance(module, nn.Linear)] + [head]
         with torch.no_grad():
-            for linear, (weight, bias) in zip(linears, [*self.layers, self.mu]):
+            for linear, (weight, bias) in zip(linears, [*self.layers, self.mu], strict=True):
                 linear.weight.copy_(weight)
                 linear.bias.copy_(bias)
         return PolicyNet(info, body, head, self.normalizer, self.log_sigma, self.action_clip)
@@ -107,9 +105,7 @@ class MLAgentsWeights:
 
 def weights_from_state_dict(state: Mapping[str, object]) -> MLAgentsWeights:
     """Read a SimpleActor state dict; several normalizer processors are several observation inputs."""
-    tensors = {
-        key: value.float() for key, value in state.items() if isinstance(key, str) and isinstance(value, torch.Tensor)
-    }
+    tensors = {key: value.float() for key, value in state.items() if isinstance(key, str) and isinstance(value, torch.Tensor)}
 
     def need(key: str) -> torch.Tensor:
         if key not in tensors:
@@ -149,7 +145,7 @@ def _normalizer(stats: list[list[torch.Tensor]]) -> Normalizer | None:
     if all(torch.equal(s, steps[0]) for s in steps):
         # Keep the real buffers: their size (sums ~1e5, steps ~2e6) is what the dtype rule guards.
         return Normalizer(mean, torch.cat([v.reshape(-1) for _, v, _ in stats]), steps[0])
-    per_step = torch.cat([v.reshape(-1) / s for (_, v, _), s in zip(stats, steps)])
+    per_step = torch.cat([v.reshape(-1) / s for (_, v, _), s in zip(stats, steps, strict=True)])
     return Normalizer(mean, per_step, torch.ones(()))
 
 

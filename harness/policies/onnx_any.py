@@ -17,6 +17,7 @@ from harness.policies.onnx_model import GraphIndex, read_model
 if TYPE_CHECKING:
     import onnxruntime
 
+
 def load_onnx(path: Path, onnx_output: str | None, action_kind: ActionKind | None) -> PolicyNet:
     """An ML-Agents export (it has a `version_number` output, and its layout says the head and
     the action kind, so `onnx_output` and `action_kind` are not needed), else any graph."""
@@ -52,7 +53,10 @@ class OnnxReference:
         if rows % step:
             raise ValueError(f"the graph takes batches of exactly {step} rows, got {rows}")
         names = list(self.outputs)
-        parts = [self.session.run(names, {n: x[i : i + step] for n, x in zip(self.inputs, obs)}) for i in range(0, rows, step)]
+        parts = [
+            self.session.run(names, {n: x[i : i + step] for n, x in zip(self.inputs, obs, strict=True)})
+            for i in range(0, rows, step)
+        ]
         values = {self.outputs[name]: np.concatenate([part[k] for part in parts]) for k, name in enumerate(names)}
         if self.discrete and "action" in values:
             values["action"] = values["action"].reshape(rows).astype(np.int64)

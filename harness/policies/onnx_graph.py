@@ -69,7 +69,9 @@ def load_onnx_graph(path: Path, model: onnx.ModelProto, onnx_output: str | None,
     head = _find_head(model.graph, graph, onnx_output, action_kind)
     action_size = _width(model.graph, head.name)
     if action_size is None:
-        raise GraphError(f"head {head.name!r} is not a float [batch, n] tensor with a fixed n (as far as ONNX shape inference can tell)")
+        raise GraphError(
+            f"head {head.name!r} is not a float [batch, n] tensor with a fixed n (as far as ONNX shape inference can tell)"
+        )
     _matmuls_as_gemm(model.graph, graph)
     extractor = onnx.utils.Extractor(model)
     part = extractor.extract_model(inputs, [head.name]).graph
@@ -91,7 +93,8 @@ def load_onnx_graph(path: Path, model: onnx.ModelProto, onnx_output: str | None,
         action_size=action_size,
         sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
         onnx_path=str(path),
-        detail=f"ONNX graph (opset {opset}, {sizes} -> {out_name} {action_size}, via onnx2torch): head {head.name!r} {head.why}",
+        detail=f"ONNX graph (opset {opset}, {sizes} -> {out_name} {action_size}, via onnx2torch): head {head.name!r} "
+        f"{head.why}",
         obs_normalization=f"in the graph, before the first layer: {', '.join(cut.ops)} (float32)" if cut else "",
         onnx_outputs=tuple(onnx_outputs),
     )
@@ -132,7 +135,9 @@ def _find_head(proto: onnx.GraphProto, graph: GraphIndex, onnx_output: str | Non
     argmaxes = [node for node in proto.node if node.op_type == "ArgMax"]
     if onnx_output is not None:
         if onnx_output not in graph.producer:
-            raise GraphError(f"--onnx-output {onnx_output!r} is not a tensor of the graph (outputs: {', '.join(graph.outputs)})")
+            raise GraphError(
+                f"--onnx-output {onnx_output!r} is not a tensor of the graph (outputs: {', '.join(graph.outputs)})"
+            )
         name, why = onnx_output, "named by --onnx-output"
         fed = [node for node in argmaxes if _logits(graph, node.input[0]) == onnx_output]
     elif argmaxes:
@@ -150,7 +155,9 @@ def _find_head(proto: onnx.GraphProto, graph: GraphIndex, onnx_output: str | Non
         raise GraphError(f"--action-kind continuous, but head {name!r} feeds ArgMax: its actions are discrete")
     kind = "discrete" if fed else action_kind
     if kind is None:
-        raise GraphError(f"the graph does not say whether head {name!r} is discrete or continuous: pass --action-kind discrete|continuous")
+        raise GraphError(
+            f"the graph does not say whether head {name!r} is discrete or continuous: pass --action-kind discrete|continuous"
+        )
     if fed and _attr(fed[0], "axis", 0) not in (1, -1):
         raise GraphError(f"ArgMax {fed[0].name!r} takes axis {_attr(fed[0], 'axis', 0)}, expected the last axis of [batch, n]")
     return _Head(name, kind, why, _action_output(graph, fed[0]) if fed else None)
@@ -319,7 +326,9 @@ def _check_forward(policy: PolicyNet) -> None:
     except Exception as error:  # whatever the rebuilt ops raise on a batch of 2
         raise GraphError(f"the rebuilt graph fails on a batch of 2 rows ({first_line(error)})") from None
     if tuple(out.shape) != (2, policy.info.action_size):
-        raise GraphError(f"the rebuilt head gives shape {tuple(out.shape)} for 2 rows, expected (2, {policy.info.action_size})")
+        raise GraphError(
+            f"the rebuilt head gives shape {tuple(out.shape)} for 2 rows, expected (2, {policy.info.action_size})"
+        )
 
 
 def _attr(node: onnx.NodeProto, name: str, default: object) -> object:

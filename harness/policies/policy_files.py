@@ -159,7 +159,7 @@ def _read_text(path: Path, whole: bool = True) -> str:
 def _load_yaml(path: Path, text: str, loader: type[yaml.SafeLoader], first_line: int = 1) -> Any:
     """`text` parsed by `loader`; errors give the file's line number (`text` starts at `first_line`)."""
     try:
-        return yaml.load(text, Loader=loader)  # noqa: S506  (a SafeLoader, or ours built on it)
+        return yaml.load(text, Loader=loader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + first_line}" if mark is not None else ""

@@ -50,8 +50,21 @@ RATIO_CHECK_ABOVE = 1024 * 1024
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     cls.__name__: cls
     for cls in (
-        nn.Tanh, nn.ReLU, nn.ELU, nn.LeakyReLU, nn.SiLU, nn.GELU, nn.Sigmoid, nn.Softplus,
-        nn.Mish, nn.SELU, nn.CELU, nn.ReLU6, nn.Hardswish, nn.Hardtanh, nn.Identity,
+        nn.Tanh,
+        nn.ReLU,
+        nn.ELU,
+        nn.LeakyReLU,
+        nn.SiLU,
+        nn.GELU,
+        nn.Sigmoid,
+        nn.Softplus,
+        nn.Mish,
+        nn.SELU,
+        nn.CELU,
+        nn.ReLU6,
+        nn.Hardswish,
+        nn.Hardtanh,
+        nn.Identity,
     )
 }
 # SB3's ActorCriticPolicy defaults (1.x and 2.x alike) when policy_kwargs leave them out.
@@ -112,7 +125,7 @@ def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
     layers = _actor_layers(path, state, sizes, arch)
     body = mlp(sizes[:-1], ACTIVATIONS[activation])
     head = nn.Linear(sizes[-2], sizes[-1])
-    for target, layer in zip([*(m for m in body if isinstance(m, nn.Linear)), head], layers):
+    for target, layer in zip([*(m for m in body if isinstance(m, nn.Linear)), head], layers, strict=True):
         _load_linear(target, state, layer)
     log_sigma = _log_sigma(path, state, action_kind, action_size)
     env = find_env(path)
@@ -415,7 +428,7 @@ def _actor_layers(path: Path, state: dict[str, torch.Tensor], sizes: list[int], 
             f"policy.pth has {len(layers) - 1} hidden layers on the actor path but data's net_arch "
             f"({arch.describe()}) declares {len(sizes) - 2}",
         )
-    for layer, n_in, n_out in zip(layers, sizes[:-1], sizes[1:]):
+    for layer, n_in, n_out in zip(layers, sizes[:-1], sizes[1:], strict=True):
         for key, expected in ((f"{layer}.weight", (n_out, n_in)), (f"{layer}.bias", (n_out,))):
             got = state.get(key)
             if got is None or tuple(got.shape) != expected:

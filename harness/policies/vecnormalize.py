@@ -81,17 +81,27 @@ class ScalarRecord(Inert):
 
 SB3 = "stable_baselines3.common"
 SPACES = (
-    ("box", "Box"), ("discrete", "Discrete"), ("multi_discrete", "MultiDiscrete"),
-    ("multi_binary", "MultiBinary"), ("tuple", "Tuple"), ("dict", "Dict"),
+    ("box", "Box"),
+    ("discrete", "Discrete"),
+    ("multi_discrete", "MultiDiscrete"),
+    ("multi_binary", "MultiBinary"),
+    ("tuple", "Tuple"),
+    ("dict", "Dict"),
 )
 # What numpy names when it pickles a generator (numpy.random._pickle, numpy 1.17 on), and
 # RandomState's constructor before that: old gym spaces were seeded with a RandomState.
 RANDOM = (
-    ("numpy.random._pickle", "__generator_ctor"), ("numpy.random._pickle", "__bit_generator_ctor"),
-    ("numpy.random._pickle", "__randomstate_ctor"), ("numpy.random", "__RandomState_ctor"),
-    ("numpy.random._pcg64", "PCG64"), ("numpy.random._pcg64", "PCG64DXSM"), ("numpy.random._mt19937", "MT19937"),
-    ("numpy.random._philox", "Philox"), ("numpy.random._sfc64", "SFC64"),
-    ("numpy.random.bit_generator", "SeedSequence"), ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
+    ("numpy.random._pickle", "__generator_ctor"),
+    ("numpy.random._pickle", "__bit_generator_ctor"),
+    ("numpy.random._pickle", "__randomstate_ctor"),
+    ("numpy.random", "__RandomState_ctor"),
+    ("numpy.random._pcg64", "PCG64"),
+    ("numpy.random._pcg64", "PCG64DXSM"),
+    ("numpy.random._mt19937", "MT19937"),
+    ("numpy.random._philox", "Philox"),
+    ("numpy.random._sfc64", "SFC64"),
+    ("numpy.random.bit_generator", "SeedSequence"),
+    ("numpy.random.bit_generator", "__pyx_unpickle_SeedSequence"),
 )
 # numpy.core before numpy 2, numpy._core since.
 NUMPY_CORE = ("numpy.core", "numpy._core")

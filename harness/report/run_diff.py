@@ -58,10 +58,11 @@ CHECK_COLUMNS = """b.policy, b.dtype, b.kind AS check, b.workload || '/' || b.ou
 
 # A failure in B with no counterpart in A (a card that died, a new error row) counts too.
 NEWLY_FAILED_SQL = f"""{PAIRS}
-SELECT {CHECK_COLUMNS}, CASE WHEN a.unit_id IS NULL THEN 'absent' ELSE 'passed' END AS "in A", b.detail AS "first mismatch in B"
+SELECT {CHECK_COLUMNS}, CASE WHEN a.unit_id IS NULL THEN 'absent' ELSE 'passed' END AS "in A",
+       b.detail AS "first mismatch in B"
 FROM b LEFT JOIN a ON {MATCH}
 WHERE b.gating AND NOT b.passed AND (a.unit_id IS NULL OR a.passed)
-ORDER BY b.policy, {dtype_order('b.dtype')}, b.kind, output, devices
+ORDER BY b.policy, {dtype_order("b.dtype")}, b.kind, output, devices
 """
 
 # Bit-exact in A and not in B counts as growth; NaN (error rows) never compares, so is left out.
@@ -70,7 +71,7 @@ SELECT {CHECK_COLUMNS}, printf('%.3g', a.max_abs) AS "max_abs A", printf('%.3g',
        CASE WHEN a.max_abs = 0 THEN 'was exact' ELSE printf('%.3gx', b.max_abs / a.max_abs) END AS growth
 FROM a JOIN b ON {MATCH}
 WHERE b.gating AND isfinite(a.max_abs) AND isfinite(b.max_abs) AND b.max_abs > $factor * a.max_abs
-ORDER BY b.policy, {dtype_order('b.dtype')}, b.kind, output, devices
+ORDER BY b.policy, {dtype_order("b.dtype")}, b.kind, output, devices
 """
 
 MATCHED_SQL = f"{PAIRS} SELECT count(*) FROM a JOIN b ON {MATCH}"
@@ -82,7 +83,7 @@ SELECT b.mode, b.policy, b.dtype, b.device, b.n_cards::VARCHAR AS cards, b.batch
        printf('%.1f%%', 100 * (1 - b.decisions_per_s / a.decisions_per_s)) AS drop
 FROM a JOIN b USING (policy, dtype, device, n_cards, batch_size, mode, timing)
 WHERE a.decisions_per_s > 0 AND b.decisions_per_s < a.decisions_per_s * (1 - $drop / 100)
-ORDER BY b.mode, b.policy, {dtype_order('b.dtype')}, b.n_cards, b.batch_size, b.device
+ORDER BY b.mode, b.policy, {dtype_order("b.dtype")}, b.n_cards, b.batch_size, b.device
 """
 
 
@@ -110,7 +111,11 @@ def print_diff(diff: RunDiff, out: TextIO) -> None:
         [
             Section("Checks that passed in A and fail in B", diff.newly_failed, "none"),
             Section(f"Errors (max_abs) that grew more than {t.error_factor:g}x", diff.errors_grew, "none"),
-            Section(f"Throughput that dropped more than {t.drop_percent:g}%", diff.throughput_dropped, "none, or no bench rows common to both runs"),
+            Section(
+                f"Throughput that dropped more than {t.drop_percent:g}%",
+                diff.throughput_dropped,
+                "none, or no bench rows common to both runs",
+            ),
         ],
         out,
     )

@@ -74,16 +74,25 @@ def _run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, list[t
         return "unknown", []
     run = rows[0]
     devices = json.loads(run["devices"] or "[]")
-    labelled = ", ".join(f"{d.get('label', '?')} ({d.get('model', '?')}{', simulated' if d.get('simulated') else ''})" for d in devices)
+    labelled = ", ".join(
+        f"{d.get('label', '?')} ({d.get('model', '?')}{', simulated' if d.get('simulated') else ''})" for d in devices
+    )
     policies = json.loads(run["policies"] or "[]")
-    named = ", ".join(f"{p.get('name')} ({p.get('source')}{', synthetic' if p.get('synthetic') else ''}, sha256 {str(p.get('sha256'))[:12]})" for p in policies)
+    named = ", ".join(
+        f"{p.get('name')} ({p.get('source')}{', synthetic' if p.get('synthetic') else ''}, sha256 {str(p.get('sha256'))[:12]})"
+        for p in policies
+    )
     facts = [
         ("started", f"{run['started_at']} (finished {run['finished_at'] or 'never'})"),
         ("host", run["hostname"]),
         ("accelerator", f"{run['accelerator']}, {run['n_cards']} cards"),
         ("devices", labelled),
         ("policies", named),
-        ("versions", f"harness {run['harness_version']}, torch {run['torch_version']}, ray {run['ray_version']}, git {run['git_revision'] or 'unknown'}"),
+        (
+            "versions",
+            f"harness {run['harness_version']}, torch {run['torch_version']}, ray {run['ray_version']}, git "
+            f"{run['git_revision'] or 'unknown'}",
+        ),
         ("faults injected", run["faults"] or "none"),
         ("command", run["command"]),
     ]
@@ -113,7 +122,8 @@ def _card_properties_section(checks: pa.Table) -> Section:
 
 
 FAILED_SQL = f"""
-SELECT CASE WHEN gating THEN 'FAIL' ELSE 'finding' END AS verdict, policy, dtype, kind AS check, workload || '/' || output AS output,
+SELECT CASE WHEN gating THEN 'FAIL' ELSE 'finding' END AS verdict, policy, dtype, kind AS check,
+       workload || '/' || output AS output,
        device_a || CASE WHEN device_b = '' THEN '' ELSE ' vs ' || device_b END AS devices, detail AS "first mismatch"
 FROM checks WHERE run_id = $run_id AND NOT passed
 ORDER BY NOT gating, policy, {dtype_order()}, kind, workload, output, device_a
@@ -145,9 +155,15 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str) -> Report:
     checks = _rows(con, "SELECT * FROM checks WHERE run_id = $run_id", run_id)
     sections = [
         _verdict_section(checks),
-        Section("Failed checks (FAIL gates the run; a finding does not)", _rows(con, FAILED_SQL, run_id), "every check passed"),
+        Section(
+            "Failed checks (FAIL gates the run; a finding does not)", _rows(con, FAILED_SQL, run_id), "every check passed"
+        ),
         _card_properties_section(checks),
-        Section("Is the port right: the head's error against the float64 golden, over the CPU's own in that dtype", _rows(con, PRECISION_SQL, run_id), "no cpu_reference checks of logits or mu"),
+        Section(
+            "Is the port right: the head's error against the float64 golden, over the CPU's own in that dtype",
+            _rows(con, PRECISION_SQL, run_id),
+            "no cpu_reference checks of logits or mu",
+        ),
         Section("Benchmarks", _rows(con, BENCH_SQL, run_id), "no bench rows for this run"),
     ]
     n_failed = sum(1 for r in checks.select(["gating", "passed"]).to_pylist() if r["gating"] and not r["passed"])
@@ -163,9 +179,9 @@ def text_table(table: pa.Table) -> str:
     names = table.column_names
     cells = [[_cell(v) for v in row.values()] for row in table.to_pylist()]
     widths = [max(len(n), *(len(r[i]) for r in cells)) for i, n in enumerate(names)]
-    lines = ["  ".join(n.ljust(w) for n, w in zip(names, widths)).rstrip()]
+    lines = ["  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)).rstrip()]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     return "\n".join(lines)
 
 
@@ -205,10 +221,14 @@ def _new_axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
 
 def _plot_throughput(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
     # One aggregate row per card count is expected; max() keeps it if per-card rows sit beside it.
-    rows = _rows(con, f"""
+    rows = _rows(
+        con,
+        f"""
         SELECT policy, dtype, batch_size, timing, n_cards, max(decisions_per_s) AS dps
         FROM bench WHERE run_id = $run_id AND mode = 'throughput' AND decisions_per_s > 0
-        GROUP BY policy, dtype, batch_size, timing, n_cards ORDER BY policy, {dtype_order()}, batch_size, timing, n_cards""", run_id).to_pylist()
+        GROUP BY policy, dtype, batch_size, timing, n_cards ORDER BY policy, {dtype_order()}, batch_size, timing, n_cards""",
+        run_id,
+    ).to_pylist()
     if not rows:
         return "no bench rows with mode throughput in this run"
     fig, ax = _new_axes("Decisions per second against cards", "cards", "decisions/s")
@@ -229,10 +249,14 @@ def _plot_throughput(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) ->
 
 def _plot_latency(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
     # The worst card at each point: the number a port is signed off on.
-    rows = _rows(con, f"""
+    rows = _rows(
+        con,
+        f"""
         SELECT policy, dtype, timing, batch_size, max(p50_ms) AS p50, max(p95_ms) AS p95, max(p99_ms) AS p99
         FROM bench WHERE run_id = $run_id AND mode = 'latency' AND p50_ms IS NOT NULL
-        GROUP BY policy, dtype, timing, batch_size ORDER BY policy, {dtype_order()}, timing, batch_size""", run_id).to_pylist()
+        GROUP BY policy, dtype, timing, batch_size ORDER BY policy, {dtype_order()}, timing, batch_size""",
+        run_id,
+    ).to_pylist()
     if not rows:
         return "no bench rows with mode latency in this run"
     fig, ax = _new_axes("Latency percentiles against batch size (worst card)", "batch size", "ms")
@@ -240,7 +264,14 @@ def _plot_latency(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> st
     for i, (key, points) in enumerate(_series(rows, ("policy", "dtype", "timing")).items()):
         batch = [p["batch_size"] for p in points]
         for pct, style in styles.items():
-            ax.plot(batch, [p[pct] for p in points], style, marker="o", color=f"C{i % 10}", label=f"{key[0]} {key[1]} ({key[2]})" if pct == "p50" else None)
+            ax.plot(
+                batch,
+                [p[pct] for p in points],
+                style,
+                marker="o",
+                color=f"C{i % 10}",
+                label=f"{key[0]} {key[1]} ({key[2]})" if pct == "p50" else None,
+            )
     for pct, style in styles.items():
         ax.plot([], [], style, color="k", label=pct)
     ax.set_xscale("log", base=2)
@@ -253,10 +284,14 @@ def _plot_latency(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> st
 
 
 def _plot_errors(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
-    rows = _rows(con, f"""
+    rows = _rows(
+        con,
+        f"""
         SELECT dtype, error_ratio, ratio_limit FROM checks
         WHERE run_id = $run_id AND kind = 'cpu_reference' AND isfinite(error_ratio)
-        ORDER BY {dtype_order()}""", run_id).to_pylist()
+        ORDER BY {dtype_order()}""",
+        run_id,
+    ).to_pylist()
     if not any(r["error_ratio"] > 0 for r in rows):
         return "no card-vs-golden error to draw on a log scale" + (" (every card matched the golden exactly)" if rows else "")
     fig, ax = _new_axes("Is the port right: error_ratio per check, against its limit", "dtype", "error_ratio (log)")
@@ -337,20 +372,26 @@ def write_html(report: Report, plots: list[Plot], out_dir: Path) -> Path:
     verdict = "fail" if report.failed else "pass"
     facts = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in report.facts)
     parts = [
-        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>harness report {html.escape(report.run_id)}</title>',
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>harness report '
+        f"{html.escape(report.run_id)}</title>",
         f"<style>{STYLE}</style></head><body>",
         f'<h1 class="{verdict}">{html.escape(headline(report))}</h1>',
         f'<table class="facts">{facts}</table>',
     ]
     for section in report.sections:
         parts.append(f"<h2>{html.escape(section.title)}</h2>")
-        parts.append(html_table(section.table) if section.table.num_rows else f'<p class="note">{html.escape(section.empty_note)}</p>')
+        parts.append(
+            html_table(section.table) if section.table.num_rows else f'<p class="note">{html.escape(section.empty_note)}</p>'
+        )
     parts.append("<h2>Plots</h2>")
     for plot in plots:
         if plot.note:
             parts.append(f'<h3>{html.escape(plot.title)}</h3><p class="note">skipped: {html.escape(plot.note)}</p>')
         else:
-            parts.append(f'<figure><img src="{html.escape(plot.file)}" alt="{html.escape(plot.title)}"><figcaption>{html.escape(plot.title)}</figcaption></figure>')
+            parts.append(
+                f'<figure><img src="{html.escape(plot.file)}" '
+                f'alt="{html.escape(plot.title)}"><figcaption>{html.escape(plot.title)}</figcaption></figure>'
+            )
     parts.append("</body></html>\n")
     page = out_dir / PAGE
     page.write_text("\n".join(parts), encoding="utf-8")

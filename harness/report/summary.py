@@ -12,7 +12,16 @@ from harness.dtypes import LABEL_ORDER
 from harness.store.schema import BenchRow
 
 
-KINDS = ("error", "cross_card", "cpu_reference", "decisions", "episode_return", "tolerance", "onnx_reference", "batch_invariance")
+KINDS = (
+    "error",
+    "cross_card",
+    "cpu_reference",
+    "decisions",
+    "episode_return",
+    "tolerance",
+    "onnx_reference",
+    "batch_invariance",
+)
 
 
 def measured_over_limit(row: dict[str, object]) -> float | None:
@@ -44,10 +53,21 @@ def summarize(checks: pa.Table) -> list[dict[str, object]]:
     rows = checks.to_pylist()
     for row in rows:
         key = (row["policy"], row["dtype"], row["kind"])
-        g = groups.setdefault(key, {
-            "policy": key[0], "dtype": key[1], "kind": key[2], "checks": 0, "failed": 0, "findings": 0, "gating": False,
-            "worst": None, "max_ulp": 0, "first_failure": "",
-        })
+        g = groups.setdefault(
+            key,
+            {
+                "policy": key[0],
+                "dtype": key[1],
+                "kind": key[2],
+                "checks": 0,
+                "failed": 0,
+                "findings": 0,
+                "gating": False,
+                "worst": None,
+                "max_ulp": 0,
+                "first_failure": "",
+            },
+        )
         g["checks"] += 1
         g["gating"] = g["gating"] or row["gating"]
         score = measured_over_limit(row)
@@ -58,10 +78,14 @@ def summarize(checks: pa.Table) -> list[dict[str, object]]:
         if not row["passed"]:
             g["failed" if row["gating"] else "findings"] += 1
             if not g["first_failure"]:
-                g["first_failure"] = f"{row['workload']}/{row['output']} {row['device_a']} vs {row['device_b'] or '-'}: {row['detail']}"
+                g["first_failure"] = (
+                    f"{row['workload']}/{row['output']} {row['device_a']} vs {row['device_b'] or '-'}: {row['detail']}"
+                )
     # The order the sweep was asked in (policies, then dtypes); kinds in a fixed order.
     order = {k: i for i, k in enumerate(dict.fromkeys(r["policy"] for r in rows))}
-    return sorted(groups.values(), key=lambda g: (order[g["policy"]], _position(LABEL_ORDER, g["dtype"]), _position(KINDS, g["kind"])))
+    return sorted(
+        groups.values(), key=lambda g: (order[g["policy"]], _position(LABEL_ORDER, g["dtype"]), _position(KINDS, g["kind"]))
+    )
 
 
 def verdict_text(group: dict[str, object]) -> str:
@@ -90,7 +114,9 @@ def short_name(policy: str) -> str:
     return name if len(name) <= 24 else name[:23] + "~"
 
 
-def print_summary(checks: pa.Table, run_id: str, status: str, out: TextIO, without_episodes: dict[str, str] | None = None) -> None:
+def print_summary(
+    checks: pa.Table, run_id: str, status: str, out: TextIO, without_episodes: dict[str, str] | None = None
+) -> None:
     """The verdict table: PASS/FAIL count only gating rows; lower-case "pass" and "finding" mark
     checks that do not gate (the tolerance table off bounded outputs, batch invariance)."""
     groups = summarize(checks)
@@ -98,7 +124,11 @@ def print_summary(checks: pa.Table, run_id: str, status: str, out: TextIO, witho
     print(header, file=out)
     print("-" * len(header), file=out)
     for g in groups:
-        print(f"{short_name(str(g['policy'])):<24} {g['dtype']:<13} {g['kind']:<17} {verdict_text(g):<11} {g['checks']:>6} {worst_text(g):>12}", file=out)
+        print(
+            f"{short_name(str(g['policy'])):<24} {g['dtype']:<13} {g['kind']:<17} {verdict_text(g):<11} "
+            f"{g['checks']:>6} {worst_text(g):>12}",
+            file=out,
+        )
     for g in groups:
         # Batch invariance is the card's property: said once per card below.
         if (g["failed"] or g["findings"]) and not (g["kind"] == "batch_invariance" and not g["failed"]):
@@ -121,23 +151,33 @@ def batch_invariance_lines(checks: pa.Table) -> list[str]:
     for device in dict.fromkeys(r["device_a"] for r in rows):
         differ = [r for r in rows if r["device_a"] == device and not r["bitwise_equal"]]
         if not differ:
-            lines.append(f"batch invariance: {device} gives the same bits alone and inside a batch ({sum(r['device_a'] == device for r in rows)} checks)")
+            lines.append(
+                f"batch invariance: {device} gives the same bits alone and inside a batch "
+                f"({sum(r['device_a'] == device for r in rows)} checks)"
+            )
             continue
         where = sorted({(r["policy"].rsplit("/", 1)[-1], r["dtype"]) for r in differ})
         worst = max(r["max_ulp"] for r in differ)
         shown = ", ".join(f"{p} {d}" for p, d in where[:4]) + (", ..." if len(where) > 4 else "")
-        lines.append(f"batch invariance: {device} gives other bits for rows alone than inside a batch ({shown}; max {worst} ulp)")
+        lines.append(
+            f"batch invariance: {device} gives other bits for rows alone than inside a batch ({shown}; max {worst} ulp)"
+        )
     return lines
 
 
 def print_bench_summary(rows: list[BenchRow], run_id: str, out: TextIO) -> None:
-    header = f"{'mode':<11} {'timing':<10} {'policy':<24} {'dtype':<8} {'device':<17} {'batch':>6} {'first ms':>9} {'p50 ms':>9} {'p99 ms':>9} {'decisions/s':>13} {'scaling':>7}"
+    header = (
+        f"{'mode':<11} {'timing':<10} {'policy':<24} {'dtype':<8} {'device':<17} {'batch':>6} {'first ms':>9} "
+        f"{'p50 ms':>9} {'p99 ms':>9} {'decisions/s':>13} {'scaling':>7}"
+    )
     print(header, file=out)
     print("-" * len(header), file=out)
     for r in rows:
         print(
-            f"{r.mode:<11} {r.timing:<10} {short_name(r.policy):<24} {r.dtype:<8} {r.device[:17]:<17} {r.batch_size:>6} {_num(r.first_call_ms, 9, '.3f')} "
-            f"{_num(r.p50_ms, 9, '.3f')} {_num(r.p99_ms, 9, '.3f')} {_num(r.decisions_per_s, 13, ',.0f')} {_num(r.scaling_efficiency, 7, '.2f')}",
+            f"{r.mode:<11} {r.timing:<10} {short_name(r.policy):<24} {r.dtype:<8} {r.device[:17]:<17} "
+            f"{r.batch_size:>6} {_num(r.first_call_ms, 9, '.3f')} "
+            f"{_num(r.p50_ms, 9, '.3f')} {_num(r.p99_ms, 9, '.3f')} {_num(r.decisions_per_s, 13, ',.0f')} "
+            f"{_num(r.scaling_efficiency, 7, '.2f')}",
             file=out,
         )
     print(f"run {run_id}: {len(rows)} bench rows", file=out)

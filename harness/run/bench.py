@@ -66,16 +66,33 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
         specs = policy_specs(config)
         policies = {spec.source: load_policy(spec) for spec in specs}
         run_id = claim_run_id(results, config.run_id)
-        work = [Work(name, dtype, make_batch(p.info, "normal", size, config.seed)) for name, p in policies.items() for dtype in config.dtypes for size in config.batch_sizes]
+        work = [
+            Work(name, dtype, make_batch(p.info, "normal", size, config.seed))
+            for name, p in policies.items()
+            for dtype in config.dtypes
+            for size in config.batch_sizes
+        ]
         for p in policies.values():
             if p.info.env_id is not None:
                 check_env(p.info.env_id, p.info)
-        loops = [(name, p.info.env_id, dtype, size) for name, p in policies.items() if p.info.env_id for dtype in config.dtypes for size in config.batch_sizes]
+        loops = [
+            (name, p.info.env_id, dtype, size)
+            for name, p in policies.items()
+            if p.info.env_id
+            for dtype in config.dtypes
+            for size in config.batch_sizes
+        ]
     n_placed = config.cards or (max(config.card_counts) if config.card_counts else None)
 
     with bench_cards(config.address, kind, n_placed, specs, policies, config.threads, config.precision, phases) as cards:
         steps = sorted(set(config.card_counts or [1, len(cards)]))
-        bar = tqdm(total=len(work) * (len(cards) + len(steps)) + len(loops), desc="bench", unit="step", disable=not config.progress, file=sys.stderr)
+        bar = tqdm(
+            total=len(work) * (len(cards) + len(steps)) + len(loops),
+            desc="bench",
+            unit="step",
+            disable=not config.progress,
+            file=sys.stderr,
+        )
         with phases("compute"):
             rows = _latency(cards, work, config.duration, bar)
             rows += measure_scaling(cards, steps, work, config.duration, bar)
@@ -85,10 +102,18 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
     with phases("write"):
         bench_path = write_rows(results, "bench", run_id, rows)
         run_row = new_run_row(
-            started_at=started, status="bench", accelerator=kind, n_cards=len(cards), devices=[c.description for c in cards],
-            config_json=config.to_json(), policies=policies, command=command,
+            started_at=started,
+            status="bench",
+            accelerator=kind,
+            n_cards=len(cards),
+            devices=[c.description for c in cards],
+            config_json=config.to_json(),
+            policies=policies,
+            command=command,
         )
-        write_rows(results, "runs", run_id, [finish_run_row(run_row, "bench", {"bench_rows": len(rows), "card_steps": steps}, phases)])
+        write_rows(
+            results, "runs", run_id, [finish_run_row(run_row, "bench", {"bench_rows": len(rows), "card_steps": steps}, phases)]
+        )
     print_bench_summary(rows, run_id, sys.stdout)
     return BenchOutcome(run_id, rows, bench_path)
 
@@ -139,14 +164,27 @@ def _latency_row(w: Work, card: BenchCard, stats: LatencyStats, timing: str) -> 
     if timing == "end_to_end":
         detail["first_call"] = "after the device row's warm-up: first round trip of this batch"
     return BenchRow(
-        policy=w.policy, dtype=w.dtype, device=card.label, n_cards=1, batch_size=w.batch.size, mode="latency",
-        first_call_ms=stats.first_call_ms, p50_ms=stats.p50_ms, p95_ms=stats.p95_ms, p99_ms=stats.p99_ms,
-        mean_ms=stats.mean_ms, decisions_per_s=w.batch.size / (stats.mean_ms / 1e3), scaling_efficiency=None,
-        timing=timing, detail=json.dumps(detail),
+        policy=w.policy,
+        dtype=w.dtype,
+        device=card.label,
+        n_cards=1,
+        batch_size=w.batch.size,
+        mode="latency",
+        first_call_ms=stats.first_call_ms,
+        p50_ms=stats.p50_ms,
+        p95_ms=stats.p95_ms,
+        p99_ms=stats.p99_ms,
+        mean_ms=stats.mean_ms,
+        decisions_per_s=w.batch.size / (stats.mean_ms / 1e3),
+        scaling_efficiency=None,
+        timing=timing,
+        detail=json.dumps(detail),
     )
 
 
-def measure_scaling(cards: list[BenchCard], steps: list[int], work: list[Work], duration_s: float, bar: tqdm) -> list[BenchRow]:
+def measure_scaling(
+    cards: list[BenchCard], steps: list[int], work: list[Work], duration_s: float, bar: tqdm
+) -> list[BenchRow]:
     """For each k, the first k cards run the same batch at once for one window."""
     rows = []
     for w in work:
@@ -156,7 +194,9 @@ def measure_scaling(cards: list[BenchCard], steps: list[int], work: list[Work], 
             group = cards[:k]
             ray.get([c.actor.warm_up.remote(w.policy, w.dtype, obs, noise) for c in group])
             start_at = time.time() + START_DELAY_S
-            runs: list[Throughput] = ray.get([c.actor.throughput.remote(w.policy, w.dtype, obs, noise, start_at, duration_s) for c in group])
+            runs: list[Throughput] = ray.get(
+                [c.actor.throughput.remote(w.policy, w.dtype, obs, noise, start_at, duration_s) for c in group]
+            )
             total = sum(r.decisions_per_s for r in runs)
             if k == 1:
                 one_card = total
@@ -166,17 +206,32 @@ def measure_scaling(cards: list[BenchCard], steps: list[int], work: list[Work], 
     return rows
 
 
-def _throughput_row(w: Work, group: list[BenchCard], runs: list[Throughput], total: float, efficiency: float | None, duration_s: float) -> BenchRow:
+def _throughput_row(
+    w: Work, group: list[BenchCard], runs: list[Throughput], total: float, efficiency: float | None, duration_s: float
+) -> BenchRow:
     detail = {
-        "window_s": duration_s, "input_sha256": w.batch.sha256,
+        "window_s": duration_s,
+        "input_sha256": w.batch.sha256,
         "per_card_decisions_per_s": [round(r.decisions_per_s, 1) for r in runs],
         "per_card_cpu_share": [round(r.cpu_share, 3) for r in runs],
     }
     mean_ms = sum(r.elapsed_s / r.calls for r in runs) / len(runs) * 1e3  # a window always holds a call
     return BenchRow(
-        policy=w.policy, dtype=w.dtype, device=",".join(c.label for c in group), n_cards=len(group), batch_size=w.batch.size,
-        mode="throughput", first_call_ms=None, p50_ms=None, p95_ms=None, p99_ms=None, mean_ms=mean_ms,
-        decisions_per_s=total, scaling_efficiency=efficiency, timing="device", detail=json.dumps(detail),
+        policy=w.policy,
+        dtype=w.dtype,
+        device=",".join(c.label for c in group),
+        n_cards=len(group),
+        batch_size=w.batch.size,
+        mode="throughput",
+        first_call_ms=None,
+        p50_ms=None,
+        p95_ms=None,
+        p99_ms=None,
+        mean_ms=mean_ms,
+        decisions_per_s=total,
+        scaling_efficiency=efficiency,
+        timing="device",
+        detail=json.dumps(detail),
     )
 
 
@@ -188,13 +243,31 @@ def _closed_loop(card: BenchCard, loops: list[tuple[str, str, str, int]], config
         result = ray.get(card.actor.closed_loop.remote(policy, dtype, env_id, impl, n_envs, config.seed, config.duration))
         step_ms = result.elapsed_s / result.steps * 1e3  # one lockstep step: a forward and an env step
         detail = {
-            "env_impl": config.env_impl, "env_id": env_id, "episodes": len(result.returns), "first_seed": config.seed,
-            "mean_return": float(result.returns.mean()), "min_return": float(result.returns.min()),
+            "env_impl": config.env_impl,
+            "env_id": env_id,
+            "episodes": len(result.returns),
+            "first_seed": config.seed,
+            "mean_return": float(result.returns.mean()),
+            "min_return": float(result.returns.min()),
         }
-        rows.append(BenchRow(
-            policy=policy, dtype=dtype, device=card.label, n_cards=1, batch_size=n_envs, mode="closed_loop",
-            first_call_ms=None, p50_ms=None, p95_ms=None, p99_ms=None, mean_ms=step_ms,
-            decisions_per_s=result.decisions_per_s, scaling_efficiency=None, timing="device", detail=json.dumps(detail),
-        ))
+        rows.append(
+            BenchRow(
+                policy=policy,
+                dtype=dtype,
+                device=card.label,
+                n_cards=1,
+                batch_size=n_envs,
+                mode="closed_loop",
+                first_call_ms=None,
+                p50_ms=None,
+                p95_ms=None,
+                p99_ms=None,
+                mean_ms=step_ms,
+                decisions_per_s=result.decisions_per_s,
+                scaling_efficiency=None,
+                timing="device",
+                detail=json.dumps(detail),
+            )
+        )
         bar.update(1)
     return rows

@@ -59,35 +59,60 @@ class CommonOptions:
     """What `harness sweep` and `harness bench` both take."""
 
     policies: list[str] = option(
-        "--policy", "policy name (cartpole, huggy-arch) or path (.zip, .onnx, .pt, hf://); repeat for several",
-        DEFAULT_POLICIES, "append", metavar="NAME_OR_PATH",
+        "--policy",
+        "policy name (cartpole, huggy-arch) or path (.zip, .onnx, .pt, hf://); repeat for several",
+        DEFAULT_POLICIES,
+        "append",
+        metavar="NAME_OR_PATH",
     )
-    accelerator: str = option("--accelerator", "auto picks npu, then cuda, then simulated cpu cards", "auto", metavar="{auto,npu,cuda,cpu}")
-    cards: int | None = option("--cards", "number of cards (default: all the cluster has; 2 simulated on cpu)", None, type=int, metavar="N")
-    dtypes: list[str] = option("--dtypes", "comma-separated dtypes of the card forward", CARD_DTYPES, "csv", metavar="DTYPE,DTYPE")
+    accelerator: str = option(
+        "--accelerator", "auto picks npu, then cuda, then simulated cpu cards", "auto", metavar="{auto,npu,cuda,cpu}"
+    )
+    cards: int | None = option(
+        "--cards", "number of cards (default: all the cluster has; 2 simulated on cpu)", None, type=int, metavar="N"
+    )
+    dtypes: list[str] = option(
+        "--dtypes", "comma-separated dtypes of the card forward", CARD_DTYPES, "csv", metavar="DTYPE,DTYPE"
+    )
     batch_sizes: list[int] = option("--batch-sizes", "comma-separated batch sizes", [1, 8, 4096], "csv", int, metavar="N,N")
     seed: int = option("--seed", "seed of every batch, noise draw and episode", 0, type=int, metavar="N")
     threads: int = option("--threads", "torch threads in each actor (bitwise results depend on it)", 1, type=int, metavar="N")
     results: str = option("--results", "folder of the Parquet datasets", "results", metavar="DIR")
     run_id: str | None = option("--run-id", "name of this run (default: time and random suffix)", None, metavar="ID")
-    address: str | None = option("--address", "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)", None, metavar="ADDR")
+    address: str | None = option(
+        "--address", "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)", None, metavar="ADDR"
+    )
     progress: bool = option("--no-progress", "hide the progress bar", True, "off")
     precision: str = option(
-        "--precision", "strict: TF32/HF32 and reduced-precision reductions off on every card; device-default: as the card comes",
-        "strict", metavar="{strict,device-default}",
+        "--precision",
+        "strict: TF32/HF32 and reduced-precision reductions off on every card; device-default: as the card comes",
+        "strict",
+        metavar="{strict,device-default}",
     )
     env: str | None = option(
-        "--env", "gymnasium environment for the episodes of policies that name none (e.g. seals/CartPole-v0)", None, metavar="ENV_ID",
+        "--env",
+        "gymnasium environment for the episodes of policies that name none (e.g. seals/CartPole-v0)",
+        None,
+        metavar="ENV_ID",
     )
     envs: dict[str, str] = option(
-        "", "TOML only: a table of policy (as given to --policy) -> environment id, for policies one by one; it wins over what a policy's files say",
-        {}, "table",
+        "",
+        "TOML only: a table of policy (as given to --policy) -> environment id, for policies one by one; it wins over "
+        "what a policy's files say",
+        {},
+        "table",
     )
     action_kind: str | None = option(
-        "--action-kind", "for an ONNX graph that cannot say: its head is discrete logits or continuous actions", None, metavar="{discrete,continuous}",
+        "--action-kind",
+        "for an ONNX graph that cannot say: its head is discrete logits or continuous actions",
+        None,
+        metavar="{discrete,continuous}",
     )
     onnx_output: str | None = option(
-        "--onnx-output", "for an ONNX graph with several float outputs and no ArgMax: the output that is the head", None, metavar="NAME",
+        "--onnx-output",
+        "for an ONNX graph with several float outputs and no ArgMax: the output that is the head",
+        None,
+        metavar="NAME",
     )
 
     def to_json(self) -> str:
@@ -98,26 +123,54 @@ class CommonOptions:
 class SweepConfig(CommonOptions):
     """`harness sweep`: validate policies on every card against each other and the CPU."""
 
-    episodes: int = option("--episodes", "seeded episodes per mode (deterministic, stochastic) and dtype, for every policy with an environment", 4, type=int, metavar="N")
+    episodes: int = option(
+        "--episodes",
+        "seeded episodes per mode (deterministic, stochastic) and dtype, for every policy with an environment",
+        4,
+        type=int,
+        metavar="N",
+    )
     episode_batching: str = option(
-        "--episode-batching", "lockstep: a unit's episodes step together, one batched forward per step; single: batch 1, as a deployed agent runs",
-        "lockstep", metavar="{lockstep,single}",
+        "--episode-batching",
+        "lockstep: a unit's episodes step together, one batched forward per step; single: batch 1, as a deployed agent runs",
+        "lockstep",
+        metavar="{lockstep,single}",
     )
     tolerance: list[str] = option(
-        "--tolerance", "DTYPE=ATOL,RTOL: the atol/rtol table for a dtype, which then gates every output; repeatable", [], "append", metavar="DTYPE=ATOL,RTOL",
+        "--tolerance",
+        "DTYPE=ATOL,RTOL: the atol/rtol table for a dtype, which then gates every output; repeatable",
+        [],
+        "append",
+        metavar="DTYPE=ATOL,RTOL",
     )
     ratio_limits: list[float] = option(
-        "--ratio-limits", "the port rule's limits on error_ratio and max_ratio for >= 1000, >= 100 and fewer elements", [3.0, 5.0, 10.0], "csv", float, metavar="L,M,S",
+        "--ratio-limits",
+        "the port rule's limits on error_ratio and max_ratio for >= 1000, >= 100 and fewer elements",
+        [3.0, 5.0, 10.0],
+        "csv",
+        float,
+        metavar="L,M,S",
     )
     require_batch_invariance: bool = option(
-        "--require-batch-invariance", "fail the run when a card's rows computed alone differ from the same rows in a large batch", False, "on",
+        "--require-batch-invariance",
+        "fail the run when a card's rows computed alone differ from the same rows in a large batch",
+        False,
+        "on",
     )
     inject_fault: list[str] = option(
-        "--inject-fault", "fault for negative tests, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
-        "fp16-accumulate, mkl-avx2, crash-once, crash-always; repeatable", [], "append", metavar="SPEC",
+        "--inject-fault",
+        "fault for negative tests, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
+        "fp16-accumulate, mkl-avx2, crash-once, crash-always; repeatable",
+        [],
+        "append",
+        metavar="SPEC",
     )
-    placement: str = option("--placement", "placement group strategy: " + ", ".join(PLACEMENT_STRATEGIES), "PACK", metavar="STRATEGY")
-    resume: str | None = option("--resume", "run id of an interrupted sweep: run only its missing units", None, metavar="RUN_ID")
+    placement: str = option(
+        "--placement", "placement group strategy: " + ", ".join(PLACEMENT_STRATEGIES), "PACK", metavar="STRATEGY"
+    )
+    resume: str | None = option(
+        "--resume", "run id of an interrupted sweep: run only its missing units", None, metavar="RUN_ID"
+    )
 
 
 @dataclass
@@ -127,12 +180,26 @@ class BenchConfig(CommonOptions):
     dtypes: list[str] = redefault(CommonOptions, "dtypes", ["float32"])
     batch_sizes: list[int] = redefault(CommonOptions, "batch_sizes", [1, 8, 256, 4096])
     card_counts: list[int] | None = option(
-        "--card-counts", "comma-separated card counts to measure throughput at (default: 1 and --cards)", None, "csv", int, metavar="K,K",
+        "--card-counts",
+        "comma-separated card counts to measure throughput at (default: 1 and --cards)",
+        None,
+        "csv",
+        int,
+        metavar="K,K",
     )
-    duration: float = option("--duration", "seconds per measurement: latency budget, throughput window, closed-loop minimum", 0.2, type=float, metavar="S")
+    duration: float = option(
+        "--duration",
+        "seconds per measurement: latency budget, throughput window, closed-loop minimum",
+        0.2,
+        type=float,
+        metavar="S",
+    )
     env_impl: str = option(
-        "--env-impl", "closed-loop environments: auto (the numpy seals/CartPole-v0, bit-identical to seals, where it applies; "
-        "gymnasium otherwise), numpy or gymnasium", "auto", metavar="{auto,numpy,gymnasium}",
+        "--env-impl",
+        "closed-loop environments: auto (the numpy seals/CartPole-v0, bit-identical to seals, where it applies; "
+        "gymnasium otherwise), numpy or gymnasium",
+        "auto",
+        metavar="{auto,numpy,gymnasium}",
     )
 
 
@@ -141,7 +208,8 @@ def add_arguments(parser: argparse.ArgumentParser, config_type: type[CommonOptio
     so the TOML file can fill them."""
     tables = [f.name for f in dataclasses.fields(config_type) if f.metadata["kind"] == "table"]
     parser.add_argument(
-        "--config", metavar="FILE",
+        "--config",
+        metavar="FILE",
         help=f"TOML file with any of the options below, by field name (flags win), and the tables {', '.join(tables)}",
     )
     for f in dataclasses.fields(config_type):
@@ -149,7 +217,11 @@ def add_arguments(parser: argparse.ArgumentParser, config_type: type[CommonOptio
         if meta["kind"] == "table":
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
-        kwargs: dict[str, Any] = {"dest": f.name, "help": f"{meta['help']}{_default_text(meta['kind'], default)}", "default": argparse.SUPPRESS}
+        kwargs: dict[str, Any] = {
+            "dest": f.name,
+            "help": f"{meta['help']}{_default_text(meta['kind'], default)}",
+            "default": argparse.SUPPRESS,
+        }
         if meta["kind"] in ("off", "on"):
             kwargs["action"] = "store_false" if meta["kind"] == "off" else "store_true"
         else:
@@ -215,7 +287,7 @@ def _from_toml(path: Path, f: dataclasses.Field, value: Any) -> Any:
     if kind == "table":
         if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
             return value
-        raise UsageError(f"{path}: {f.name} must be a table of strings, e.g. [{f.name}] \"model.zip\" = \"CartPole-v1\"")
+        raise UsageError(f'{path}: {f.name} must be a table of strings, e.g. [{f.name}] "model.zip" = "CartPole-v1"')
     if kind in ("off", "on"):
         type_ = bool
     if not _is_type(value, type_):
@@ -329,7 +401,9 @@ def parse_tolerances(specs: list[str]) -> dict[str, Tolerance]:
             tables[dtype] = Tolerance(atol, rtol, TOLERANCES[dtype.split("-")[0]].min_cos)
         except (ValueError, TypeError):
             known = ", ".join((*TOLERANCES, *REDUCED_FLOAT32))
-            raise UsageError(f"--tolerance {spec!r}: expected DTYPE=ATOL,RTOL with DTYPE one of {known}, e.g. float16=0.05,0.002") from None
+            raise UsageError(
+                f"--tolerance {spec!r}: expected DTYPE=ATOL,RTOL with DTYPE one of {known}, e.g. float16=0.05,0.002"
+            ) from None
     return tables
 
 
@@ -339,4 +413,7 @@ def ratio_limits(config: SweepConfig) -> RatioLimits:
     try:
         return RatioLimits(*config.ratio_limits)
     except (TypeError, ValueError) as exc:
-        raise UsageError(f"--ratio-limits {_csv(config.ratio_limits)!r}: three limits, for >= 1000, >= 100 and fewer elements, e.g. 3,5,10 ({exc})") from None
+        raise UsageError(
+            f"--ratio-limits {_csv(config.ratio_limits)!r}: three limits, for >= 1000, >= 100 and fewer elements, "
+            f"e.g. 3,5,10 ({exc})"
+        ) from None

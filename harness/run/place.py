@@ -118,7 +118,9 @@ def reserve(kind: Kind, n_cards: int, strategy: str, cpu_bundle: bool) -> Placem
     return group
 
 
-def card_options(kind: Kind, group: PlacementGroup, position: int, env: dict[str, str], restarts: int = 0) -> dict[str, object]:
+def card_options(
+    kind: Kind, group: PlacementGroup, position: int, env: dict[str, str], restarts: int = 0
+) -> dict[str, object]:
     """Ray options of the actor for card `position`: the card's resource and no CPU of its own
     (else the reference never schedules on small machines), pinned to its bundle."""
     card = {"num_gpus": 1} if kind == "cuda" else {"resources": {RAY_RESOURCE[kind]: 1}}
@@ -151,28 +153,38 @@ def place_sweep(
     for position in range(n_cards):
         mine = [f for f in faults if f.applies_to(position)]
         actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), CARD_MAX_RESTARTS))
-        cards.append(actor.remote(kind, position, policies, threads, precision, mine, str(crash_dir / f"card{position}.crashed")))
-    reference = ray.remote(ReferenceActor).options(
-        num_cpus=1,
-        scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
-        runtime_env={"env_vars": dict(BASE_ENV)},
-    ).remote(policies, threads)
+        cards.append(
+            actor.remote(kind, position, policies, threads, precision, mine, str(crash_dir / f"card{position}.crashed"))
+        )
+    reference = (
+        ray.remote(ReferenceActor)
+        .options(
+            num_cpus=1,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
+            runtime_env={"env_vars": dict(BASE_ENV)},
+        )
+        .remote(policies, threads)
+    )
     return Placement(group, cards, reference, RAY_RESOURCE[kind])
 
 
-def place_bench(kind: Kind, n_cards: int, specs: list[PolicySpec], policies: dict[str, PolicyNet], threads: int, precision: str) -> list[BenchCard]:
+def place_bench(
+    kind: Kind, n_cards: int, specs: list[PolicySpec], policies: dict[str, PolicyNet], threads: int, precision: str
+) -> list[BenchCard]:
     """A BenchActor per card, one bundle each (a bench judges nothing: no CPU reference). The
     placement group lives until Ray shuts down."""
     from actors.bench_actor import BenchActor
 
     group = reserve(kind, n_cards, "PACK", cpu_bundle=False)
     actors = [
-        ray.remote(BenchActor).options(**card_options(kind, group, position, {})).remote(kind, position, specs, threads, precision)
+        ray.remote(BenchActor)
+        .options(**card_options(kind, group, position, {}))
+        .remote(kind, position, specs, threads, precision)
         for position in range(n_cards)
     ]
     descriptions = wait_described(actors)
     refuse_other_bytes(descriptions, policies)
-    return [BenchCard(str(d["label"]), a, d) for d, a in zip(unique_labels(descriptions), actors)]
+    return [BenchCard(str(d["label"]), a, d) for d, a in zip(unique_labels(descriptions), actors, strict=True)]
 
 
 def wait_described(actors: list[ray.actor.ActorHandle]) -> list[dict[str, object]]:
@@ -208,4 +220,7 @@ def refuse_other_bytes(descriptions: list[dict[str, object]], policies: dict[str
     expected = {name: p.info.sha256 for name, p in policies.items()}
     for actor in descriptions:
         if actor["policies"] != expected:
-            raise UsageError(f"{actor['label']} on {actor['node']} loaded other policy bytes than the driver: {actor['policies']} vs {expected}")
+            raise UsageError(
+                f"{actor['label']} on {actor['node']} loaded other policy bytes than the driver: {actor['policies']} "
+                f"vs {expected}"
+            )

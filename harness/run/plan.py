@@ -144,7 +144,9 @@ def plan_inputs(config: SweepConfig, policy: PolicyNet) -> Inputs:
     return Inputs(plan_batches(config, policy), plan_episodes(config, policy))
 
 
-def plan_units(config: SweepConfig, policies: dict[str, PolicyNet], inputs: dict[str, Inputs], dtypes: dict[str, str]) -> list[Unit]:
+def plan_units(
+    config: SweepConfig, policies: dict[str, PolicyNet], inputs: dict[str, Inputs], dtypes: dict[str, str]
+) -> list[Unit]:
     """Every unit of the sweep; `dtypes` maps each asked dtype to its label on these cards."""
     units = []
     for key, policy in policies.items():
@@ -152,7 +154,11 @@ def plan_units(config: SweepConfig, policies: dict[str, PolicyNet], inputs: dict
         for dtype in config.dtypes:
             label = dtypes[dtype]
             works: list[Work] = [BatchWork(b) for b in batches]
-            works += [InvarianceWork(largest_normal(batches), rows) for rows in INVARIANCE_ROWS if rows < largest_normal(batches).size]
+            works += [
+                InvarianceWork(largest_normal(batches), rows)
+                for rows in INVARIANCE_ROWS
+                if rows < largest_normal(batches).size
+            ]
             works += inputs[key].episodes
             units += [Unit(unit_id(policy, label, work), key, label, work) for work in works]
         if policy.info.onnx_path:

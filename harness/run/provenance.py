@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 
 from harness import __version__
@@ -14,7 +14,7 @@ from harness.store.schema import RunRow
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def torch_version() -> str:
@@ -26,7 +26,9 @@ def torch_version() -> str:
 def git_revision() -> str:
     """The checkout's commit, or "" where the package is not in a git checkout."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
+        )
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired):
         return ""
@@ -49,20 +51,40 @@ def new_run_row(
     import ray
 
     return RunRow(
-        started_at=started_at, finished_at=None, status=status, accelerator=accelerator, n_cards=n_cards,
-        devices=json.dumps(devices), harness_version=__version__, torch_version=torch_version(),
-        ray_version=ray.__version__, config_json=config_json, faults=faults, git_revision=git_revision(),
-        hostname=platform.node(), policies=describe_policies(policies), command=command, summary=summary,
+        started_at=started_at,
+        finished_at=None,
+        status=status,
+        accelerator=accelerator,
+        n_cards=n_cards,
+        devices=json.dumps(devices),
+        harness_version=__version__,
+        torch_version=torch_version(),
+        ray_version=ray.__version__,
+        config_json=config_json,
+        faults=faults,
+        git_revision=git_revision(),
+        hostname=platform.node(),
+        policies=describe_policies(policies),
+        command=command,
+        summary=summary,
     )
 
 
 def describe_policies(policies: dict[str, PolicyNet]) -> str:
     """JSON list: each policy's name, format, sha256 of its bytes, whether it is synthetic, its
     environment and where that came from, and what normalizes its observations."""
-    return json.dumps([
-        {
-            "name": k, "source": p.info.source, "sha256": p.info.sha256, "synthetic": p.info.synthetic, "detail": p.info.detail,
-            "env_id": p.info.env_id, "env_source": p.info.env_source, "obs_normalization": p.info.obs_normalization,
-        }
-        for k, p in policies.items()
-    ])
+    return json.dumps(
+        [
+            {
+                "name": k,
+                "source": p.info.source,
+                "sha256": p.info.sha256,
+                "synthetic": p.info.synthetic,
+                "detail": p.info.detail,
+                "env_id": p.info.env_id,
+                "env_source": p.info.env_source,
+                "obs_normalization": p.info.obs_normalization,
+            }
+            for k, p in policies.items()
+        ]
+    )

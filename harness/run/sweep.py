@@ -70,15 +70,24 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
 
     with ray_cluster(config.address, kind, config.cards, phases) as n_cards:
         with phases("startup"):
-            placement = place_sweep(kind, n_cards, config.placement, specs, config.threads, config.precision, faults, writer.staging / "faults")
+            placement = place_sweep(
+                kind, n_cards, config.placement, specs, config.threads, config.precision, faults, writer.staging / "faults"
+            )
             cards, reference = describe_actors(placement, policies)
         with phases("plan"):
             units = plan_units(config, policies, inputs, dtype_labels(config.dtypes, cards))
             done = writer.done_units()
             todo = [u for u in units if u.unit_id not in done]
         run_row = new_run_row(
-            started_at=started, status="running", accelerator=kind, n_cards=n_cards, devices=cards + [reference],
-            config_json=config.to_json(), policies=policies, command=command, faults=",".join(map(str, faults)),
+            started_at=started,
+            status="running",
+            accelerator=kind,
+            n_cards=n_cards,
+            devices=[*cards, reference],
+            config_json=config.to_json(),
+            policies=policies,
+            command=command,
+            faults=",".join(map(str, faults)),
         )
         writer.begin(run_row)
         labels = [str(c["label"]) for c in cards]
@@ -92,7 +101,9 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         status = "passed" if passed else "failed"
         unplayed = without_episodes(config, policies)
         summary = {
-            "units": len(units), "resumed_units": len(units) - len(todo), "dead_cards": dead,
+            "units": len(units),
+            "resumed_units": len(units) - len(todo),
+            "dead_cards": dead,
             "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
             "without_episodes": unplayed,
         }
@@ -163,7 +174,12 @@ def _fan_out_and_judge(
         cache: dict[tuple[str, str, str], ray.ObjectRef] = {}
         batches: dict[tuple[str, str, str], list[ray.ObjectRef]] = {}
         pending = [
-            _Submitted(u, _submit_cards(placement, u, batches), _submit_references(placement, u, cache), _inside(placement, u, batches))
+            _Submitted(
+                u,
+                _submit_cards(placement, u, batches),
+                _submit_references(placement, u, cache),
+                _inside(placement, u, batches),
+            )
             for u in units
         ]
     dead: set[str] = set()
@@ -174,7 +190,7 @@ def _fan_out_and_judge(
         with phases("compute"):
             references = {role: ray.get(ref) for role, ref in job.references.items()}
             outputs, errors = {}, []
-            for position, (label, ref) in enumerate(zip(labels, job.cards)):
+            for position, (label, ref) in enumerate(zip(labels, job.cards, strict=True)):
                 try:
                     outputs[label] = ray.get(ref) if not job.inside else (ray.get(ref), ray.get(job.inside[position]))
                 except ray.exceptions.RayError as exc:
@@ -194,7 +210,9 @@ def _fan_out_and_judge(
     return sorted(dead)
 
 
-def _submit_cards(placement: Placement, unit: Unit, batches: dict[tuple[str, str, str], list[ray.ObjectRef]]) -> list[ray.ObjectRef]:
+def _submit_cards(
+    placement: Placement, unit: Unit, batches: dict[tuple[str, str, str], list[ray.ObjectRef]]
+) -> list[ray.ObjectRef]:
     work, dtype = unit.work, base_dtype(unit.dtype)
     if isinstance(work, BatchWork):
         refs = [c.run_batch.remote(unit.policy, dtype, work.batch.obs, work.batch.noise) for c in placement.cards]
@@ -204,7 +222,10 @@ def _submit_cards(placement: Placement, unit: Unit, batches: dict[tuple[str, str
         obs, noise = tuple(o[: work.rows] for o in work.batch.obs), work.batch.noise[: work.rows]
         return [c.run_batch.remote(unit.policy, dtype, obs, noise) for c in placement.cards]
     if isinstance(work, EpisodeWork):
-        return [c.run_episodes.remote(unit.policy, dtype, work.env_id, list(work.seeds), work.stochastic, work.batching) for c in placement.cards]
+        return [
+            c.run_episodes.remote(unit.policy, dtype, work.env_id, list(work.seeds), work.stochastic, work.batching)
+            for c in placement.cards
+        ]
     return []  # LoaderWork: the loader is checked on the CPU alone
 
 
@@ -221,7 +242,9 @@ def _inside(placement: Placement, unit: Unit, batches: dict[tuple[str, str, str]
     return batches[key]
 
 
-def _submit_references(placement: Placement, unit: Unit, cache: dict[tuple[str, str, str], ray.ObjectRef]) -> dict[str, ray.ObjectRef]:
+def _submit_references(
+    placement: Placement, unit: Unit, cache: dict[tuple[str, str, str], ray.ObjectRef]
+) -> dict[str, ray.ObjectRef]:
     """What the CPU computes for a unit, each once per (policy, workload, dtype) whatever the
     units that need it: the float64 golden, float32 and the card's dtype for a batch; onnxruntime
     for the loader; float32 episodes."""
@@ -244,7 +267,12 @@ def _submit_references(placement: Placement, unit: Unit, cache: dict[tuple[str, 
             return batch | {"onnx": once("onnx", lambda: ref.run_onnx.remote(unit.policy, obs))}
         return batch | {"same": once(unit.dtype, lambda: ref.run_batch.remote(unit.policy, unit.dtype, obs, noise))}
     if isinstance(work, EpisodeWork):
-        episodes = lambda: ref.run_episodes.remote(unit.policy, "float32", work.env_id, list(work.seeds), work.stochastic, work.batching)  # noqa: E731
+
+        def episodes() -> ray.ObjectRef:
+            return ref.run_episodes.remote(
+                unit.policy, "float32", work.env_id, list(work.seeds), work.stochastic, work.batching
+            )
+
         return {"float32": once("float32", episodes)}
     return {}  # InvarianceWork: a card against itself
 
@@ -254,7 +282,10 @@ def _judge(config: SweepConfig, rules: Rules, unit: Unit, outputs: dict, refs: d
     if isinstance(work, BatchWork):
         return judge_batch(rules, work.batch.noise, outputs, refs["golden"], refs["same"], refs["float32"]), []
     if isinstance(work, InvarianceWork):
-        rows = {label: (alone, {name: value[: work.rows] for name, value in inside.items()}) for label, (alone, inside) in outputs.items()}
+        rows = {
+            label: (alone, {name: value[: work.rows] for name, value in inside.items()})
+            for label, (alone, inside) in outputs.items()
+        }
         return judge_batch_invariance(rows, config.require_batch_invariance), []
     if isinstance(work, LoaderWork):
         return judge_onnx(rules, refs["onnx"], refs["float32"], refs["golden"]), []
@@ -266,9 +297,17 @@ def check_row(unit: Unit, check: Check) -> CheckRow:
     """Where the comparison was made (unit, output, devices) beside what it measured and judged,
     the measured fields taken by name from the judge's record."""
     return CheckRow(
-        unit_id=unit.unit_id, policy=unit.policy, dtype=unit.dtype, workload=unit.workload, output=check.output,
-        kind=check.kind, device_a=check.device_a, device_b=check.device_b, input_sha256=unit.work.input_sha256,
-        gating=check.gating, **asdict(check.result),
+        unit_id=unit.unit_id,
+        policy=unit.policy,
+        dtype=unit.dtype,
+        workload=unit.workload,
+        output=check.output,
+        kind=check.kind,
+        device_a=check.device_a,
+        device_b=check.device_b,
+        input_sha256=unit.work.input_sha256,
+        gating=check.gating,
+        **asdict(check.result),
     )
 
 
@@ -279,17 +318,33 @@ def episode_rows(unit: Unit, cards: dict, reference: list, steps: dict[str, list
     rows = []
     for label, episodes in {REFERENCE: reference, **cards}.items():
         for i, episode in enumerate(episodes):
-            rows.append(EpisodeRow(
-                unit_id=unit.unit_id, policy=unit.policy, dtype=unit.dtype, device=label, env_id=work.env_id, mode=work.mode,
-                batching=work.batching, batch_size=work.batch_size, episode_seed=episode.episode_seed,
-                episode_return=episode.episode_return, length=episode.length, actions_sha256=episode.actions_sha256,
-                first_divergent_step=None if label == REFERENCE else steps[label][i],
-            ))
+            rows.append(
+                EpisodeRow(
+                    unit_id=unit.unit_id,
+                    policy=unit.policy,
+                    dtype=unit.dtype,
+                    device=label,
+                    env_id=work.env_id,
+                    mode=work.mode,
+                    batching=work.batching,
+                    batch_size=work.batch_size,
+                    episode_seed=episode.episode_seed,
+                    episode_return=episode.episode_return,
+                    length=episode.length,
+                    actions_sha256=episode.actions_sha256,
+                    first_divergent_step=None if label == REFERENCE else steps[label][i],
+                )
+            )
     return rows
 
 
 def _localize_failures(
-    placement: Placement, labels: list[str], policy: PolicyNet, unit: Unit, rows: list[CheckRow], rules: Rules,
+    placement: Placement,
+    labels: list[str],
+    policy: PolicyNet,
+    unit: Unit,
+    rows: list[CheckRow],
+    rules: Rules,
     found: dict[tuple[str, str, str, str], str],
 ) -> None:
     """For each card that failed the port on this batch, name the first layer where it parts:

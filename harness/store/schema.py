@@ -135,4 +135,9 @@ def schema_of(row_type: type) -> pa.Schema:
     return pa.schema([pa.field(f.name, _arrow_type(str(f.type))) for f in fields(row_type)])
 
 
-SCHEMAS = {"runs": schema_of(RunRow), "checks": schema_of(CheckRow), "episodes": schema_of(EpisodeRow), "bench": schema_of(BenchRow)}
+SCHEMAS = {
+    "runs": schema_of(RunRow),
+    "checks": schema_of(CheckRow),
+    "episodes": schema_of(EpisodeRow),
+    "bench": schema_of(BenchRow),
+}

@@ -36,7 +36,9 @@ def parquet_files(results: Path, name: str) -> list[Path]:
 def require_results(results: Path) -> None:
     """A folder with no committed Parquet at all is a mistake worth one clear line."""
     if not results.is_dir():
-        raise UsageError(f"results folder {results} does not exist (run `harness sweep --results {results}` first, or pass --results DIR)")
+        raise UsageError(
+            f"results folder {results} does not exist (run `harness sweep --results {results}` first, or pass --results DIR)"
+        )
     if not any(parquet_files(results, name) for name in TABLES):
         raise UsageError(f"results folder {results} holds no results (run `harness sweep --results {results}` first)")
 
@@ -112,7 +114,9 @@ def load_dataframe(name: str, results: str | Path = "results", run_id: str | Non
     try:
         import pandas  # noqa: F401
     except ImportError:
-        raise ImportError("load_dataframe needs pandas, which is not installed: `pip install pandas`, or use load_table for a pyarrow Table") from None
+        raise ImportError(
+            "load_dataframe needs pandas, which is not installed: `pip install pandas`, or use load_table for a pyarrow Table"
+        ) from None
     return load_table(name, results, run_id).to_pandas()
 
 
