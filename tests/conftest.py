@@ -14,12 +14,14 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, harness as run_harness
+from tests.helpers import REPO, start_ray_node
+from tests.helpers import harness as run_harness
 
 CASES = REPO.parent / "shared" / "cases"
 SESSION_CARDS = 4
@@ -57,18 +59,16 @@ class Head:
 
 
 @pytest.fixture(scope="session")
-def ray_head() -> Head:
+def ray_head() -> Iterator[Head]:
     """One Ray cluster for every test that does not test starting one: 4 simulated cards, 2 CPUs,
-    and the dashboard, so that `ray job submit` reaches it too. Stopped at the end of the session."""
+    and the dashboard, so that `ray job submit` reaches it too. Stopped at the end of the session,
+    and only it: `ray stop` would end every Ray on the machine, a user's own or a parallel run's."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
     port, dashboard = free_port(), free_port()
-    ray = str(bin_dir / "ray")
-    subprocess.run(
+    node = start_ray_node(
         [
-            ray,
-            "start",
             "--head",
             "--node-ip-address=127.0.0.1",
             f"--port={port}",
@@ -79,17 +79,13 @@ def ray_head() -> Head:
             "--dashboard-host=127.0.0.1",
             f"--dashboard-port={dashboard}",
             f"--dashboard-agent-listen-port={free_port()}",
-            "--disable-usage-stats",
         ],
-        env=env,
-        check=True,
-        capture_output=True,
-        timeout=120,
+        env,
     )
     try:
         yield Head(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}", env)
     finally:
-        subprocess.run([ray, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        node.stop()
 
 
 @dataclass

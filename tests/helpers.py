@@ -6,8 +6,12 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -62,3 +66,63 @@ def duckdb_rows(results: Path, sql_on_table: str, table: str) -> list[tuple]:
     con = duckdb.connect()
     con.execute(f"CREATE VIEW {table} AS SELECT * FROM read_parquet('{path}', hive_partitioning=true)")
     return con.execute(sql_on_table).fetchall()
+
+
+@dataclass
+class RayNode:
+    """A `ray start --block` in a process session of its own: every Ray process it starts (GCS,
+    raylet, agents, workers) shares that session, so stopping it ends them all and nothing else."""
+
+    process: subprocess.Popen[bytes]
+
+    @property
+    def session(self) -> int:
+        return self.process.pid
+
+    def pids(self) -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                with contextlib.suppress(OSError):
+                    if os.getsid(int(entry.name)) == self.session:
+                        found.append(int(entry.name))
+        return found
+
+    def raylet_pid(self) -> int:
+        """The node's raylet: killing it is how a node drops out of a cluster."""
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].endswith(b"/raylet"):
+                    return pid
+        raise LookupError("no raylet in this node's session")
+
+    def stop(self) -> None:
+        for pid in self.pids():
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+def start_ray_node(args: list[str], env: dict[str, str], timeout_s: float = 120) -> RayNode:
+    """`ray start ARGS --block`, returned once the node is up (it prints that it will block)."""
+    ray = str(Path(sys.executable).parent / "ray")
+    process = subprocess.Popen(
+        [ray, "start", *args, "--block", "--disable-usage-stats"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    node = RayNode(process)
+    deadline, seen = time.monotonic() + timeout_s, []
+    assert process.stdout is not None
+    for line in process.stdout:
+        seen.append(line.decode(errors="replace"))
+        if b"block forever" in line:
+            # Keep draining its output, or a full pipe would stall the node's monitor loop.
+            threading.Thread(target=process.stdout.read, daemon=True).start()
+            return node
+        if time.monotonic() > deadline:
+            break
+    node.stop()
+    raise RuntimeError("ray start did not come up:\n" + "".join(seen[-30:]))
