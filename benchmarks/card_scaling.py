@@ -40,7 +40,7 @@ def run() -> Comparison:
     measured, efficiencies = {}, []
     for i, w in enumerate(work):
         pairs = [(rows[2 * i], rows[2 * i + 1]) for rows in repeats]
-        each = [two.scaling_efficiency for _, two in pairs]
+        each = [two.scaling_efficiency for _, two in pairs if two.scaling_efficiency is not None]
         best_one, best_two = (max(r.decisions_per_s for r in side) for side in zip(*pairs, strict=True))
         shares = [share for _, two in pairs for share in json.loads(two.detail)["per_card_cpu_share"]]
         efficiencies.append(statistics.median(each))

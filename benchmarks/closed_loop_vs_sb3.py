@@ -13,6 +13,7 @@ from __future__ import annotations
 import statistics
 import time
 import warnings
+from typing import Any
 
 import numpy as np
 import ray
@@ -46,7 +47,7 @@ def sb3_evaluate() -> tuple[float, np.ndarray, np.ndarray]:
     returns: list[float] = []
     steps = 0
 
-    def record(local: dict, _: dict) -> None:
+    def record(local: dict[str, Any], _: dict[str, Any]) -> None:
         # Called once per environment per step; every episode is HORIZON steps long.
         actions[group + local["i"], local["current_lengths"][local["i"]] - 1] = local["actions"][local["i"]]
 
@@ -56,6 +57,7 @@ def sb3_evaluate() -> tuple[float, np.ndarray, np.ndarray]:
         rewards, lengths = evaluate_policy(
             model, env, n_eval_episodes=SB3_ENVS, deterministic=True, return_episode_rewards=True, callback=record
         )
+        assert isinstance(rewards, list) and isinstance(lengths, list)  # return_episode_rewards=True
         returns += rewards
         steps += sum(lengths)
     return steps / (time.perf_counter() - start), np.asarray(returns, dtype=np.float64), actions

@@ -67,7 +67,7 @@ def outputs(jobs: list[tuple[str, str, str, int, int]]) -> list[dict[str, np.nda
     return done
 
 
-def _in_process_with(env: dict[str, str], jobs: list) -> list[dict[str, np.ndarray]]:
+def _in_process_with(env: dict[str, str], jobs: list[tuple[str, str, str, int, int]]) -> list[dict[str, np.ndarray]]:
     """`outputs` in a fresh process started with `env` (MKL reads MKL_CBWR once, at load)."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import statistics
 import time
+from typing import Any
 
 import numpy as np
 import ray
@@ -34,7 +35,7 @@ WARMUP_ROUNDS = 4
 ROUNDS = 5
 TARGET = 0.8
 
-_plain: dict[str, object] = {}
+_plain: dict[str, Any] = {}
 
 
 def _batches() -> list[ObsBatch]:

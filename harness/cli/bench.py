@@ -8,7 +8,7 @@ import sys
 from harness.run.options import BenchConfig, add_arguments
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("bench", help="latency, throughput across cards, closed-loop CartPole decisions/s")
     add_arguments(parser, BenchConfig)
     parser.set_defaults(func=run)

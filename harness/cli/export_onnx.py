@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("export-onnx", help="export a policy to ONNX (ML-Agents names for continuous policies)")
     parser.add_argument("policy", help="policy name or path")
     parser.add_argument("out", help="output .onnx path")

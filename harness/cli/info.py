@@ -6,6 +6,7 @@ import argparse
 import json
 import platform
 from importlib import metadata
+from typing import Any
 
 from harness import __version__
 
@@ -24,7 +25,7 @@ PACKAGES = (
 )
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("info", help="versions, accelerators found, Ray resources")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--address", help="also list the resources of this Ray cluster")
@@ -36,22 +37,22 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def collect(address: str | None) -> dict[str, object]:
+def collect(address: str | None) -> dict[str, Any]:
     from harness.devices import describe_local
 
-    versions = {"harness": __version__, "python": platform.python_version()}
+    versions: dict[str, str | None] = {"harness": __version__, "python": platform.python_version()}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
         except metadata.PackageNotFoundError:
             versions[name] = None
-    info: dict[str, object] = {"versions": versions, "host": platform.node(), "devices": describe_local()}
+    info: dict[str, Any] = {"versions": versions, "host": platform.node(), "devices": describe_local()}
     if address:
         info["ray"] = _ray_resources(address)
     return info
 
 
-def _ray_resources(address: str) -> dict[str, object]:
+def _ray_resources(address: str) -> dict[str, Any]:
     import ray
 
     from harness.run.place import connect
@@ -69,13 +70,13 @@ def print_info(as_json: bool, address: str | None) -> None:
         print(json.dumps(info, indent=2, default=str))
         return
     print(f"harness {__version__} on {info['host']}")
-    for name, version in info["versions"].items():  # type: ignore[union-attr]
+    for name, version in info["versions"].items():
         print(f"  {name:<18} {version or '-'}")
     # The precision and compile settings each card starts with are what the checklist in the
     # README ("On a real NPU cluster") reads before a sweep; --json has the same.
     devices = info["devices"]
     for kind in ("npu", "cuda"):
-        d = devices[kind]  # type: ignore[index]
+        d = devices[kind]
         if not d["available"]:
             print(f"  {kind:<18} no: {d['reason']}")
             continue
@@ -83,7 +84,7 @@ def print_info(as_json: bool, address: str | None) -> None:
         print(f"  {kind:<18} available: {len(names)} card(s): {', '.join(names)}")
         for key, value in {**d.get("runtime", {}), **d.get("settings", {})}.items():
             print(f"  {'':<18}   {key} = {value}")
-    print(f"  {'cpu':<18} {devices['cpu']['model']} ({devices['cpu']['cores']} cores)")  # type: ignore[index]
-    print(f"  {'auto picks':<18} {devices['auto']}")  # type: ignore[index]
+    print(f"  {'cpu':<18} {devices['cpu']['model']} ({devices['cpu']['cores']} cores)")
+    print(f"  {'auto picks':<18} {devices['auto']}")
     if "ray" in info:
         print(f"  {'ray cluster':<18} {info['ray']}")

@@ -8,7 +8,7 @@ import sys
 from harness.run.options import SweepConfig, add_arguments
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("sweep", help="validate policies on every card against each other and the CPU")
     add_arguments(parser, SweepConfig)
     parser.set_defaults(func=run)

@@ -61,7 +61,9 @@ class VecCartPole:
             # gymnasium.Env.reset: a seed replaces the generator; no seed keeps (or lazily makes) it.
             if seeds is not None or self.rngs[i] is None:
                 self.rngs[i] = seeding.np_random(None if seeds is None else int(seeds[i]))[0]
-            self.state[:, i] = self.rngs[i].uniform(low=RESET_LOW, high=RESET_HIGH, size=(4,))
+            rng = self.rngs[i]
+            assert rng is not None
+            self.state[:, i] = rng.uniform(low=RESET_LOW, high=RESET_HIGH, size=(4,))
         self.steps = 0
         return self._obs()
 

@@ -34,7 +34,7 @@ class GymEnvs:
         self.n_envs = n_envs
         self.envs = [gym.make(env_id) for _ in range(n_envs)]
         first = self.envs[0]
-        self.horizon = first.spec.max_episode_steps or MAX_STEPS
+        self.horizon = (first.spec.max_episode_steps if first.spec is not None else None) or MAX_STEPS
         self._discrete = isinstance(first.action_space, gym.spaces.Discrete)
         self._obs_space = first.observation_space
         self.obs = np.zeros((n_envs, gym.spaces.flatdim(self._obs_space)), dtype=np.float32)
@@ -67,7 +67,7 @@ class GymEnvs:
     def _flat(self, obs: object) -> np.ndarray:
         from gymnasium.spaces import flatten
 
-        return flatten(self._obs_space, obs)
+        return np.asarray(flatten(self._obs_space, obs))
 
 
 def make_lockstep(env_id: str, n_envs: int, impl: str | None = None) -> LockstepEnv:

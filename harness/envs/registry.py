@@ -10,7 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import warnings
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -29,7 +29,7 @@ def registered_ids() -> list[str]:
 
 
 @functools.cache
-def env_spaces(env_id: str) -> tuple[Space, Space]:
+def env_spaces(env_id: str) -> tuple[Space[Any], Space[Any]]:
     """(observation space, action space) of `env_id`, read from one environment made for it."""
     import gymnasium as gym
 
@@ -79,7 +79,7 @@ def action_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
     return space.low, space.high
 
 
-def _describe(space: Space) -> str:
+def _describe(space: Space[Any]) -> str:
     from gymnasium.spaces import Box, Discrete
 
     if isinstance(space, Discrete):

@@ -125,7 +125,7 @@ def compare_to_golden(
             idx = np.unravel_index(int(np.argmax(np.abs(act - gold))), act.shape)
             reasons.append(
                 f"max_ratio {max_ratio:.3g} > {limit:g}: largest error {m.max_abs:.3g} at "
-                f"{format_index(tuple(int(i) for i in idx))} "
+                f"{format_index(idx)} "
                 f"({what} {act[idx]:.9g}, golden {gold[idx]:.9g}), the CPU's largest in {dtype} {cpu_max:.3g} (floor "
                 f"{max_floor:.3g})"
             )

@@ -9,7 +9,7 @@ NaN above every number, so ``max_abs <= x`` is false for it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 
@@ -169,8 +169,8 @@ def first_index(mask: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(mask)[0]), mask.shape))
 
 
-def format_index(idx: tuple[int, ...]) -> str:
-    return "[" + ", ".join(str(i) for i in idx) + "]"
+def format_index(idx: tuple[int | np.integer[Any], ...]) -> str:
+    return "[" + ", ".join(str(int(i)) for i in idx) + "]"
 
 
 def format_value(x: np.ndarray, idx: tuple[int, ...]) -> str:

@@ -83,6 +83,9 @@ class Normalizer(ObservationNormalizer):
     """
 
     clip = NORMALIZER_CLAMP
+    running_mean: torch.Tensor
+    running_variance: torch.Tensor
+    normalization_steps: torch.Tensor
 
     def __init__(self, mean: torch.Tensor, variance_sum: torch.Tensor, steps: torch.Tensor) -> None:
         super().__init__()
@@ -105,6 +108,8 @@ class PolicyNet(nn.Module):
     divergence search hooks into, so they are part of the contract. The body is any module: an
     MLP built by `mlp()`, or a graph rebuilt from ONNX.
     """
+
+    log_sigma: torch.Tensor | None
 
     def __init__(
         self,
@@ -141,7 +146,8 @@ class PolicyNet(nn.Module):
         if self.normalizer is not None:
             x = self.normalizer(x)
         x = self.body(x.to(self.compute_dtype))
-        return self.head(x).to(self.io_dtype)
+        out: torch.Tensor = self.head(x)
+        return out.to(self.io_dtype)
 
     def bounded_outputs(self) -> frozenset[str]:
         """Outputs whose range the policy itself bounds: ML-Agents' clipped actions lie in [-1, 1]."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -40,7 +41,7 @@ class _Builder:
         self.initializers.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], output: str, **attrs: object) -> str:
+    def op(self, op_type: str, inputs: list[str], output: str, **attrs: Any) -> str:
         self.nodes.append(helper.make_node(op_type, inputs, [output], name=output, **attrs))
         return output
 
@@ -59,8 +60,10 @@ ACTIVATIONS: dict[type[nn.Module], Callable[[_Builder, str, str, nn.Module], str
     nn.SiLU: lambda b, x, name, _: _swish(b, x, name),
     nn.ReLU: lambda b, x, name, _: b.op("Relu", [x], f"{name}/Relu"),
     nn.Tanh: lambda b, x, name, _: b.op("Tanh", [x], f"{name}/Tanh"),
-    nn.ELU: lambda b, x, name, m: b.op("Elu", [x], f"{name}/Elu", alpha=float(m.alpha)),
-    nn.LeakyReLU: lambda b, x, name, m: b.op("LeakyRelu", [x], f"{name}/LeakyRelu", alpha=float(m.negative_slope)),
+    nn.ELU: lambda b, x, name, m: b.op("Elu", [x], f"{name}/Elu", alpha=float(cast(nn.ELU, m).alpha)),
+    nn.LeakyReLU: lambda b, x, name, m: b.op(
+        "LeakyRelu", [x], f"{name}/LeakyRelu", alpha=float(cast(nn.LeakyReLU, m).negative_slope)
+    ),
 }
 
 

@@ -141,11 +141,11 @@ def _normalizer(stats: list[list[torch.Tensor]]) -> Normalizer | None:
                 f"{tuple(variance.shape)} and {steps.numel()} normalization_steps values"
             )
     mean = torch.cat([mean.reshape(-1) for mean, _, _ in stats])
-    steps = [s.reshape(()) for _, _, s in stats]
-    if all(torch.equal(s, steps[0]) for s in steps):
+    counts = [s.reshape(()) for _, _, s in stats]
+    if all(torch.equal(s, counts[0]) for s in counts):
         # Keep the real buffers: their size (sums ~1e5, steps ~2e6) is what the dtype rule guards.
-        return Normalizer(mean, torch.cat([v.reshape(-1) for _, v, _ in stats]), steps[0])
-    per_step = torch.cat([v.reshape(-1) / s for (_, v, _), s in zip(stats, steps, strict=True)])
+        return Normalizer(mean, torch.cat([v.reshape(-1) for _, v, _ in stats]), counts[0])
+    per_step = torch.cat([v.reshape(-1) / s for (_, v, _), s in zip(stats, counts, strict=True)])
     return Normalizer(mean, per_step, torch.ones(()))
 
 

@@ -273,6 +273,9 @@ class VecNormalizeObs(ObservationNormalizer):
     ObservationNormalizer rule wants on a card, and float64 in the golden.
     """
 
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+
     def __init__(self, mean: np.ndarray, var: np.ndarray, epsilon: float, clip_obs: float) -> None:
         super().__init__()
         # The policy takes the observation flattened; normalization is elementwise, so flatten too.

@@ -11,14 +11,14 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import duckdb
 import numpy as np
 import pyarrow as pa
 
 from harness.dtypes import LABEL_ORDER
-from harness.report.summary import batch_invariance_lines, summarize, verdict_text, worst_text
+from harness.report.summary import batch_invariance_lines, summarize
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -102,12 +102,12 @@ def _run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, list[t
 def _verdict_section(checks: pa.Table) -> Section:
     rows = [
         {
-            "policy": g["policy"],
-            "dtype": g["dtype"],
-            "check": g["kind"],
-            "verdict": verdict_text(g),
-            "checks": str(g["checks"]),
-            "worst/limit": worst_text(g),
+            "policy": g.policy,
+            "dtype": g.dtype,
+            "check": g.kind,
+            "verdict": g.verdict,
+            "checks": str(g.checks),
+            "worst/limit": g.worst_text,
         }
         for g in summarize(checks)
     ]
@@ -240,7 +240,9 @@ def _plot_throughput(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) ->
         # Ideal: the smallest configuration's per-card rate, times the cards.
         ax.plot(cards, dps[0] / cards[0] * cards, "--", color=color, alpha=0.6)
     ax.plot([], [], "k--", alpha=0.6, label="ideal (linear)")
-    ax.xaxis.get_major_locator().set_params(integer=True)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylim(bottom=0)
     ax.legend(fontsize="small")
     fig.savefig(path, dpi=100)
@@ -314,9 +316,9 @@ def _plot_errors(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str
     return ""
 
 
-def _series(rows: list[dict[str, object]], key: tuple[str, ...]) -> dict[tuple[object, ...], list[dict[str, object]]]:
+def _series(rows: list[dict[str, Any]], key: tuple[str, ...]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """Rows grouped by `key`, in the order the (sorted) rows come."""
-    groups: dict[tuple[object, ...], list[dict[str, object]]] = {}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for row in rows:
         groups.setdefault(tuple(row[k] for k in key), []).append(row)
     return groups

@@ -3,7 +3,8 @@ worst error; for a bench, one line per measurement."""
 
 from __future__ import annotations
 
-from typing import TextIO
+from dataclasses import dataclass
+from typing import Any, TextIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -24,87 +25,92 @@ KINDS = (
 )
 
 
-def measured_over_limit(row: dict[str, object]) -> float | None:
+def measured_over_limit(row: dict[str, Any]) -> float | None:
     """How close a row came to its limit, unitless: 1 is the limit, above it fails. None for
     checks with no scale (bit for bit, errors)."""
     kind = row["kind"]
     if kind in ("cpu_reference", "onnx_reference") and row.get("ratio_limit"):
-        return max(row["error_ratio"], row["max_ratio"]) / row["ratio_limit"]
+        return float(max(row["error_ratio"], row["max_ratio"]) / row["ratio_limit"])
     if kind == "tolerance" and row.get("atol") is not None:
         bound = row["atol"] + row["rtol"] * row["ref_max_abs"]
         by_abs = row["max_abs"] / bound if bound > 0 else (0.0 if row["max_abs"] == 0 else float("inf"))
         slack = 1.0 - row["min_cos"]
         by_cos = (1.0 - row["cosine"]) / slack if slack > 0 else 0.0
-        return max(by_abs, by_cos)
+        return float(max(by_abs, by_cos))
     if kind == "decisions":
         if not row.get("n_flips"):
             return 0.0
         limit = row["flip_margin_limit"]
-        return row["max_flip_margin"] / limit if limit else float("inf")
+        return float(row["max_flip_margin"] / limit) if limit else float("inf")
     if kind == "episode_return" and row.get("return_rtol"):
-        return row["return_rel_diff"] / row["return_rtol"]
+        return float(row["return_rel_diff"] / row["return_rtol"])
     return None
 
 
-def summarize(checks: pa.Table) -> list[dict[str, object]]:
-    """One row per (policy, dtype, kind): checks run, gating failures, non-gating findings, the
-    worst measured/limit (or ULPs, for bit-for-bit checks), and the first failure's detail."""
-    groups: dict[tuple[str, str, str], dict[str, object]] = {}
+@dataclass
+class Group:
+    """The checks of one (policy, dtype, kind): how many, how many failed (gating) or were found
+    (not gating), the worst measured/limit (or ULPs, for bit-for-bit checks), the first failure."""
+
+    policy: str
+    dtype: str
+    kind: str
+    checks: int = 0
+    failed: int = 0
+    findings: int = 0
+    gating: bool = False
+    worst: float | None = None
+    max_ulp: int = 0
+    first_failure: str = ""
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.checks += 1
+        self.gating = self.gating or row["gating"]
+        score = measured_over_limit(row)
+        if score is not None and (self.worst is None or not score <= self.worst):
+            self.worst = score
+        if row.get("max_ulp") is not None:
+            self.max_ulp = max(self.max_ulp, row["max_ulp"])
+        if not row["passed"]:
+            if row["gating"]:
+                self.failed += 1
+            else:
+                self.findings += 1
+            if not self.first_failure:
+                self.first_failure = (
+                    f"{row['workload']}/{row['output']} {row['device_a']} vs {row['device_b'] or '-'}: {row['detail']}"
+                )
+
+    @property
+    def verdict(self) -> str:
+        if self.failed:
+            return f"FAIL {self.failed}"
+        if self.findings:
+            return f"finding {self.findings}"
+        return "PASS" if self.gating else "pass"
+
+    @property
+    def worst_text(self) -> str:
+        if self.worst is not None:
+            return f"{self.worst:.3g}"
+        if self.kind == "error":
+            return "-"
+        return "equal" if self.max_ulp == 0 else f"{self.max_ulp} ulp"
+
+
+def summarize(checks: pa.Table) -> list[Group]:
+    """One group per (policy, dtype, kind), in the order the sweep was asked in (policies, then
+    dtypes), kinds in a fixed order."""
+    groups: dict[tuple[str, str, str], Group] = {}
     rows = checks.to_pylist()
     for row in rows:
         key = (row["policy"], row["dtype"], row["kind"])
-        g = groups.setdefault(
-            key,
-            {
-                "policy": key[0],
-                "dtype": key[1],
-                "kind": key[2],
-                "checks": 0,
-                "failed": 0,
-                "findings": 0,
-                "gating": False,
-                "worst": None,
-                "max_ulp": 0,
-                "first_failure": "",
-            },
-        )
-        g["checks"] += 1
-        g["gating"] = g["gating"] or row["gating"]
-        score = measured_over_limit(row)
-        if score is not None and (g["worst"] is None or not score <= g["worst"]):
-            g["worst"] = score
-        if row.get("max_ulp") is not None:
-            g["max_ulp"] = max(g["max_ulp"], row["max_ulp"])
-        if not row["passed"]:
-            g["failed" if row["gating"] else "findings"] += 1
-            if not g["first_failure"]:
-                g["first_failure"] = (
-                    f"{row['workload']}/{row['output']} {row['device_a']} vs {row['device_b'] or '-'}: {row['detail']}"
-                )
-    # The order the sweep was asked in (policies, then dtypes); kinds in a fixed order.
+        groups.setdefault(key, Group(*key)).add(row)
     order = {k: i for i, k in enumerate(dict.fromkeys(r["policy"] for r in rows))}
-    return sorted(
-        groups.values(), key=lambda g: (order[g["policy"]], _position(LABEL_ORDER, g["dtype"]), _position(KINDS, g["kind"]))
-    )
+    return sorted(groups.values(), key=lambda g: (order[g.policy], _position(LABEL_ORDER, g.dtype), _position(KINDS, g.kind)))
 
 
-def verdict_text(group: dict[str, object]) -> str:
-    if group["failed"]:
-        return f"FAIL {group['failed']}"
-    if group["findings"]:
-        return f"finding {group['findings']}"
-    return "PASS" if group["gating"] else "pass"
-
-
-def worst_text(group: dict[str, object]) -> str:
-    if group["worst"] is not None:
-        return f"{group['worst']:.3g}"
-    if group["kind"] == "error":
-        return "-"
-    return "equal" if group["max_ulp"] == 0 else f"{group['max_ulp']} ulp"
-
-
-def _position(order: tuple[str, ...], value: object) -> int:
+def _position(order: tuple[str, ...], value: str) -> int:
     return order.index(value) if value in order else len(order)
 
 
@@ -125,15 +131,14 @@ def print_summary(
     print("-" * len(header), file=out)
     for g in groups:
         print(
-            f"{short_name(str(g['policy'])):<24} {g['dtype']:<13} {g['kind']:<17} {verdict_text(g):<11} "
-            f"{g['checks']:>6} {worst_text(g):>12}",
+            f"{short_name(g.policy):<24} {g.dtype:<13} {g.kind:<17} {g.verdict:<11} {g.checks:>6} {g.worst_text:>12}",
             file=out,
         )
     for g in groups:
         # Batch invariance is the card's property: said once per card below.
-        if (g["failed"] or g["findings"]) and not (g["kind"] == "batch_invariance" and not g["failed"]):
-            label = "FAIL" if g["failed"] else "finding (not gating)"
-            print(f"  {label} {g['policy']} {g['dtype']} {g['kind']}: {g['first_failure']}", file=out)
+        if (g.failed or g.findings) and not (g.kind == "batch_invariance" and not g.failed):
+            label = "FAIL" if g.failed else "finding (not gating)"
+            print(f"  {label} {g.policy} {g.dtype} {g.kind}: {g.first_failure}", file=out)
     for line in batch_invariance_lines(checks):
         print(f"  {line}", file=out)
     for policy, flag in (without_episodes or {}).items():

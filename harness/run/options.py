@@ -250,7 +250,7 @@ def config_from_args(args: argparse.Namespace, config_type: type[Config]) -> Con
     return validate(config_type(**values))
 
 
-def _from_flag(f: dataclasses.Field, raw: Any) -> Any:
+def _from_flag(f: dataclasses.Field[Any], raw: Any) -> Any:
     kind, type_ = f.metadata["kind"], f.metadata["type"]
     if kind == "csv":
         return split_csv(raw, type_)
@@ -275,7 +275,7 @@ def read_toml(path: Path, config_type: type[CommonOptions]) -> dict[str, Any]:
     return {name: _from_toml(path, fields[name], value) for name, value in data.items()}
 
 
-def _from_toml(path: Path, f: dataclasses.Field, value: Any) -> Any:
+def _from_toml(path: Path, f: dataclasses.Field[Any], value: Any) -> Any:
     """A TOML value of the field's type; a list where the flag takes a list (or a comma string)."""
     kind, type_ = f.metadata["kind"], f.metadata["type"]
     if kind in ("csv", "append"):
@@ -395,9 +395,9 @@ def parse_tolerances(specs: list[str]) -> dict[str, Tolerance]:
         dtype, _, numbers = spec.partition("=")
         parts = numbers.split(",")
         try:
-            atol, rtol = (float(p) for p in parts) if len(parts) == 2 else (None, None)
-            if atol is None or dtype not in (*TOLERANCES, *REDUCED_FLOAT32):
+            if len(parts) != 2 or dtype not in (*TOLERANCES, *REDUCED_FLOAT32):
                 raise ValueError
+            atol, rtol = (float(p) for p in parts)
             tables[dtype] = Tolerance(atol, rtol, TOLERANCES[dtype.split("-")[0]].min_cos)
         except (ValueError, TypeError):
             known = ", ".join((*TOLERANCES, *REDUCED_FLOAT32))
