@@ -114,6 +114,8 @@ class SharedSweeps:
                 env=self.head.env,
             )
             assert proc.returncode == expect, proc.stdout[-3000:] + proc.stderr[-3000:]
+            # Exit 1 is also what an uncaught exception gives: a failed check must not be a crash.
+            assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
             self.procs[run_id] = proc
         return self.procs[run_id]
 

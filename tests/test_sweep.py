@@ -259,6 +259,7 @@ def test_a_defect_common_to_every_card_is_caught_against_the_golden(ray_head: He
         "all",
     )
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
     checks = _rows(tmp_path, "checks", "all")
     assert all(r["bitwise_equal"] for r in checks if r["kind"] == "cross_card")
     float32 = [
@@ -298,6 +299,7 @@ def test_a_card_that_crashes_once_is_restarted_and_one_that_keeps_dying_is_recor
         "crashes",
     )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
     checks = _rows(results, "checks", "crashes")
     errors = [r for r in checks if r["kind"] == "error"]
     assert errors and {r["device_a"] for r in errors} == {"sim-cpu2"} and all(r["gating"] for r in errors)

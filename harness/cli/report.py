@@ -44,12 +44,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from harness.errors import UsageError
+    from harness.store.paths import check_run_id
     from harness.store.views import connect, require_results, resolve_run
 
     results = Path(args.results)
-    require_results(results)
     if args.compare and (args.run_id or args.out):
         raise UsageError("--compare RUN_A RUN_B takes no RUN_ID and no --out")
+    for where, run_id in [("RUN_ID", args.run_id), *(("--compare", r) for r in args.compare or [])]:
+        if run_id is not None:
+            check_run_id(run_id, where)
+    require_results(results)
     with connect(results) as con:
         if args.compare:
             from harness.report.run_diff import Thresholds, compare_runs, print_diff

@@ -51,6 +51,16 @@ def env_spaces(env_id: str) -> tuple[Space[Any], Space[Any]]:
         env.close()
 
 
+def max_episode_steps(env_id: str) -> int | None:
+    """The environment's own step limit, read from the registry (no environment is made); None
+    where it sets none or the id is unknown."""
+    import gymnasium as gym
+
+    if env_id not in registered_ids():
+        return None
+    return gym.spec(env_id).max_episode_steps
+
+
 def check_env(env_id: str, info: PolicyInfo) -> None:
     """Refuse (UsageError) an unregistered id, or an environment whose spaces are not the policy's."""
     from gymnasium.spaces import Box, Discrete, flatdim

@@ -7,13 +7,16 @@ when the files are not there, say exactly which command puts them there.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from harness.errors import UsageError
 from harness.policies import SUFFIXES
 
 SCHEME = "hf://"
-HF_CLI_SINCE = (0, 34)  # huggingface_hub 0.34 introduced `hf`, replacing `huggingface-cli`
+HF_CLI_SINCE = (0, 34)
+# A Hugging Face owner or repository name, as the hub allows them.
+HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # huggingface_hub 0.34 introduced `hf`, replacing `huggingface-cli`
 
 
 def resolve_hf(uri: str) -> Path:
@@ -37,10 +40,16 @@ def resolve_hf(uri: str) -> Path:
 
 
 def _parse(uri: str) -> tuple[str, str | None]:
+    """(repo id, file in the repo or None); the file is a path inside the repository, never out of it."""
     parts = uri.removeprefix(SCHEME).split("/", 2)
     if len(parts) < 2 or not all(parts):
         raise UsageError(f"{uri}: expected hf://owner/name or hf://owner/name/file.onnx")
-    return f"{parts[0]}/{parts[1]}", parts[2] if len(parts) == 3 else None
+    if not all(HUB_NAME.fullmatch(part) for part in parts[:2]):
+        raise UsageError(f"{uri}: owner and name are letters, digits, '-', '_' and '.', e.g. hf://sb3/ppo-CartPole-v1")
+    filename = parts[2] if len(parts) == 3 else None
+    if filename is not None and any(segment in ("", ".", "..") or "\\" in segment for segment in filename.split("/")):
+        raise UsageError(f"{uri}: the file must be a plain path inside the repository (no '.', '..' or empty parts)")
+    return f"{parts[0]}/{parts[1]}", filename
 
 
 def _download_command(version: str) -> str:

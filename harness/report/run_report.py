@@ -62,6 +62,16 @@ class Report:
     def failed(self) -> bool:
         return self.n_failed > 0 or self.status in ("failed", "error")
 
+    @property
+    def verdict(self) -> str:
+        """FAILED, PASSED, or what keeps a run from either: no checks at all (a bench, or a sweep
+        that judged nothing), or a sweep that has not finished (running, or stopped short)."""
+        if self.failed:
+            return "FAILED"
+        if self.status == "running":
+            return "INCOMPLETE"
+        return "PASSED" if self.n_checks else "NO CHECKS"
+
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, run_id: str) -> pa.Table:
     return con.sql(sql, params={"run_id": run_id}).to_arrow_table()
@@ -192,8 +202,9 @@ def print_sections(sections: list[Section], out: TextIO) -> None:
 
 
 def headline(report: Report) -> str:
-    verdict = "FAILED" if report.failed else "PASSED"
-    return f"run {report.run_id}: {verdict} (status {report.status}; {report.n_checks} checks, {report.n_failed} failed)"
+    return (
+        f"run {report.run_id}: {report.verdict} (status {report.status}; {report.n_checks} checks, {report.n_failed} failed)"
+    )
 
 
 def print_report(report: Report, out: TextIO) -> None:

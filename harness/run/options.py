@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.dtypes import CARD_DTYPES
 from harness.errors import UsageError
+from harness.files import read_bounded_text
+from harness.store.paths import check_results_folder, check_run_id
 
 if TYPE_CHECKING:
     from harness.judge.compare import Tolerance
@@ -29,6 +31,11 @@ DEFAULT_POLICIES = ("cartpole", "huggy-arch")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 EPISODE_BATCHINGS = ("lockstep", "single")
 ACTION_KINDS = ("discrete", "continuous")
+# Seeds feed numpy's and gymnasium's generators and the episodes' int64 seed arrays: a 32-bit
+# range is what every one of them takes, and seed + episodes stays far inside int64.
+MAX_SEED = 2**32 - 1
+# A config file is a few hundred bytes; read no more than this (and only from a regular file).
+MAX_CONFIG_BYTES = 1024 * 1024
 
 Config = TypeVar("Config", bound="CommonOptions")
 
@@ -75,7 +82,7 @@ class CommonOptions:
         "--dtypes", "comma-separated dtypes of the card forward", CARD_DTYPES, "csv", metavar="DTYPE,DTYPE"
     )
     batch_sizes: list[int] = option("--batch-sizes", "comma-separated batch sizes", [1, 8, 4096], "csv", int, metavar="N,N")
-    seed: int = option("--seed", "seed of every batch, noise draw and episode", 0, type=int, metavar="N")
+    seed: int = option("--seed", f"seed of every batch, noise draw and episode, 0 to {MAX_SEED}", 0, type=int, metavar="N")
     threads: int = option("--threads", "torch threads in each actor (bitwise results depend on it)", 1, type=int, metavar="N")
     results: str = option("--results", "folder of the Parquet datasets", "results", metavar="DIR")
     run_id: str | None = option("--run-id", "name of this run (default: time and random suffix)", None, metavar="ID")
@@ -83,6 +90,14 @@ class CommonOptions:
         "--address", "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)", None, metavar="ADDR"
     )
     progress: bool = option("--no-progress", "hide the progress bar", True, "off")
+    max_memory_gib: float | None = option(
+        "--max-memory",
+        "refuse a plan whose estimated memory (inputs, outputs, activations, actors, environments) exceeds this many GiB "
+        "(default: half of what this machine has available)",
+        None,
+        type=float,
+        metavar="GIB",
+    )
     precision: str = option(
         "--precision",
         "strict: TF32/HF32 and reduced-precision reductions off on every card; device-default: as the card comes",
@@ -261,12 +276,8 @@ def _from_flag(f: dataclasses.Field[Any], raw: Any) -> Any:
 
 def read_toml(path: Path, config_type: type[CommonOptions]) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such config file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a folder, not a config file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(read_bounded_text(path, "config file", MAX_CONFIG_BYTES))
+    except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})") from None
     fields = {f.name: f for f in dataclasses.fields(config_type)}
     unknown = sorted(set(data) - set(fields))
@@ -339,9 +350,13 @@ def validate(config: Config) -> Config:
         raise UsageError(f"--batch-sizes {_csv(config.batch_sizes)!r}: sizes must be 1 or more, e.g. 1,8,4096")
     if config.threads < 1:
         raise UsageError(f"--threads {config.threads}: need at least 1")
-    results = Path(config.results)
-    if results.exists() and not results.is_dir():
-        raise UsageError(f"--results {results}: is a file; it must be a folder (it is made if missing)")
+    if not 0 <= config.seed <= MAX_SEED:
+        raise UsageError(f"--seed {config.seed}: must be from 0 to {MAX_SEED}")
+    check_results_folder(Path(config.results))
+    if config.run_id is not None:
+        check_run_id(config.run_id)
+    if config.max_memory_gib is not None and not config.max_memory_gib > 0:
+        raise UsageError(f"--max-memory {config.max_memory_gib}: must be more than 0 GiB, e.g. --max-memory 8")
     from harness.devices import PRECISIONS
 
     if config.precision not in PRECISIONS:
@@ -363,6 +378,8 @@ def _validate_sweep(config: SweepConfig) -> None:
 
     if config.episodes < 0:
         raise UsageError(f"--episodes {config.episodes}: must be 0 or more")
+    if config.resume is not None:
+        check_run_id(config.resume, "--resume")
     if config.placement not in PLACEMENT_STRATEGIES:
         raise UsageError(f"--placement {config.placement!r} is not one of {', '.join(PLACEMENT_STRATEGIES)}")
     if config.episode_batching not in EPISODE_BATCHINGS:

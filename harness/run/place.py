@@ -50,10 +50,15 @@ class BenchCard:
     description: dict[str, object]
 
 
+def cluster_address(address: str | None) -> str | None:
+    """The cluster a run joins: `--address`, else RAY_ADDRESS; None for a private local Ray."""
+    return address or os.environ.get("RAY_ADDRESS") or None
+
+
 def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     """Join `address` (or RAY_ADDRESS); else start a private local Ray, declaring `cards`
     simulated cards when `kind` is cpu. Returns the address used."""
-    address = address or os.environ.get("RAY_ADDRESS")
+    address = cluster_address(address)
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
     if kind == "cpu":
         # Ray asks AscendCL for the card model of a node that declares NPUs; simulated cards

@@ -33,9 +33,10 @@ from harness.judge.verdicts import (
 )
 from harness.policies import GOLDEN, PolicyNet, load_policy
 from harness.report.summary import print_summary
+from harness.run.budget import check_cards, check_memory, estimate, expected_cards
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
-from harness.run.options import SweepConfig, parse_tolerances, ratio_limits
-from harness.run.place import Placement, describe_actors, place_sweep
+from harness.run.options import SweepConfig, parse_tolerances, ratio_limits, validate
+from harness.run.place import Placement, cluster_address, describe_actors, place_sweep
 from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit, plan_inputs, plan_units, policy_specs
 from harness.run.provenance import new_run_row, now
 from harness.store.schema import CheckRow, EpisodeRow
@@ -62,13 +63,16 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
     with phases("plan"):
         faults = parse_faults(config.inject_fault)
         kind = resolve_accelerator(config.accelerator)
+        check_cards(config.cards, kind, cluster_address(config.address))
         specs = policy_specs(config)
         policies = {spec.source: load_policy(spec) for spec in specs}
+        check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
         run_id = config.resume or claim_run_id(results, config.run_id)
         writer = RunWriter(results, run_id)
 
     with ray_cluster(config.address, kind, config.cards, phases) as n_cards:
+        check_memory(estimate(config, policies, n_cards), config.max_memory_gib)
         with phases("startup"):
             placement = place_sweep(
                 kind, n_cards, config.placement, specs, config.threads, config.precision, faults, writer.staging / "faults"
@@ -143,10 +147,18 @@ def resume_config(config: SweepConfig) -> tuple[SweepConfig, str]:
         raise UsageError(f"--resume {config.resume}: no such run in {results}") from None
     if not (results / STAGING / config.resume).is_dir():
         raise UsageError(f"--resume {config.resume}: that run finished ({stored['status']}); nothing to resume")
-    resumed = SweepConfig(**json.loads(stored["config_json"]))
+    try:
+        resumed = SweepConfig(**json.loads(stored["config_json"]))
+    except (TypeError, ValueError) as exc:
+        raise UsageError(
+            f"--resume {config.resume}: its stored configuration is not one this harness reads ({first_line(exc)})"
+        ) from None
     resumed.results, resumed.address, resumed.progress = config.results, config.address, config.progress
     resumed.resume, resumed.run_id = config.resume, config.resume
-    return resumed, stored["started_at"]
+    try:
+        return validate(resumed), stored["started_at"]
+    except UsageError as exc:
+        raise UsageError(f"--resume {config.resume}: its stored configuration no longer validates: {exc}") from None
 
 
 @dataclass
@@ -190,7 +202,9 @@ def _fan_out_and_judge(
         with phases("compute"):
             references = {role: ray.get(ref) for role, ref in job.references.items()}
             outputs, errors = {}, []
-            for position, (label, ref) in enumerate(zip(labels, job.cards, strict=True)):
+            # A loader unit sends the cards nothing: no card outputs to gather.
+            card_refs = zip(labels, job.cards, strict=True) if job.cards else ()
+            for position, (label, ref) in enumerate(card_refs):
                 try:
                     outputs[label] = ray.get(ref) if not job.inside else (ray.get(ref), ray.get(job.inside[position]))
                 except ray.exceptions.RayError as exc:

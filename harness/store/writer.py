@@ -21,9 +21,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.store.paths import STAGING, check_run_id, inside, table_dir
 from harness.store.schema import SCHEMAS, CheckRow, EpisodeRow, RunRow
-
-STAGING = ".staging"
 
 
 def new_run_id() -> str:
@@ -36,6 +35,7 @@ def to_table(table: str, rows: list[Any]) -> pa.Table:
 
 
 def write_atomic(table: pa.Table, path: Path) -> Path:
+    """Write `table` to `path` (which the callers check lies in the results) whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     pq.write_table(table, tmp)
@@ -43,10 +43,6 @@ def write_atomic(table: pa.Table, path: Path) -> Path:
         os.fsync(f.fileno())
     os.replace(tmp, path)
     return path
-
-
-def table_dir(results: Path, table: str, run_id: str) -> Path:
-    return results / table / f"run_id={run_id}"
 
 
 def write_rows(results: Path, table: str, run_id: str, rows: list[Any], part: str = "part-0") -> Path:
@@ -63,8 +59,8 @@ class RunWriter:
 
     def __init__(self, results: Path, run_id: str) -> None:
         self.results = results
-        self.run_id = run_id
-        self.staging = results / STAGING / run_id
+        self.run_id = check_run_id(run_id)
+        self.staging = inside(results, results / STAGING / run_id)
 
     def begin(self, row: RunRow) -> None:
         """The run's first `runs` row. From here on the staging exists: a run killed before its
@@ -97,5 +93,5 @@ class RunWriter:
             merged_table = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
             write_atomic(merged_table, table_dir(self.results, table, self.run_id) / "part-0.parquet")
             merged.append(merged_table)
-        shutil.rmtree(self.staging, ignore_errors=True)
+        shutil.rmtree(inside(self.results, self.staging), ignore_errors=True)
         return merged[0], merged[1]

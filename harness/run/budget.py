@@ -1,0 +1,175 @@
+"""What a plan will hold in memory, estimated before Ray starts, and the bounds it is held to.
+
+A sweep makes every batch on the driver, sends every unit to every actor at once (each call a
+copy of its inputs in Ray's object store) and gathers the outputs, while each actor holds its
+policies, the activations of its largest batch and the environments of its episodes. A typo such
+as `--batch-sizes 1000000000` or `--episodes 100000000` would otherwise be found by the kernel's
+OOM killer minutes later, or leave orphan actors behind; here it is one line, before anything
+starts, with the estimate, the bound and the flag that raises it (`--max-memory`).
+
+The figures are upper bounds from sizes, not measurements of a run: every activation of a
+forward counted at once, in float64 (the golden's dtype), and the object store holding every
+input and output until the end.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from harness.envs.registry import max_episode_steps
+from harness.errors import UsageError
+from harness.policies import PolicyNet
+from harness.run.options import BenchConfig, CommonOptions, SweepConfig
+from harness.run.place import DEFAULT_SIMULATED_CARDS, cluster_address
+from harness.run.plan import EDGE_BATCH, UNIFORM_BATCH
+
+GIB = 1024**3
+# A card or reference actor's own footprint: measured 278 MiB (RSS) for a process with torch,
+# Ray, gymnasium and cartpole + huggy-arch in three dtypes.
+ACTOR_BYTES = 320 * 1024**2
+# One gymnasium environment of a lockstep set: measured 6 KB for seals/CartPole-v0 and under
+# 1 KB for the other classic-control ones; Box2D worlds and Atari emulators weigh more.
+ENV_BYTES = 64 * 1024
+# Episodes without a horizon of their own are cut at this many steps (harness/envs/lockstep.py).
+DEFAULT_HORIZON = 10_000
+# The reference computes a batch three ways (golden, float32, the card's dtype).
+REFERENCE_CALLS = 3
+# A simulated card is a process computing on its own threads; past this many per CPU core the
+# cards only queue for the cores, and a typo like `--cards 1000` would start actor after actor.
+SIMULATED_CARDS_PER_CORE = 4
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Bytes a plan needs, by where they live."""
+
+    driver: int  # every batch made on the driver, and the outputs of the unit it is judging
+    object_store: int  # each call's copy of its inputs, and every output until it is gathered
+    actors: int  # each actor's process, policies, largest forward's activations and environments
+
+    @property
+    def total(self) -> int:
+        return self.driver + self.object_store + self.actors
+
+    def describe(self) -> str:
+        parts = {"driver": self.driver, "object store": self.object_store, "actors": self.actors}
+        return f"{self.total / GIB:.1f} GiB (" + ", ".join(f"{k} {v / GIB:.1f}" for k, v in parts.items()) + ")"
+
+
+def check_cards(cards: int | None, kind: str, address: str | None) -> None:
+    """Simulated cards on a private local Ray are processes of this machine: at most
+    SIMULATED_CARDS_PER_CORE per core. A joined cluster says for itself what it can hold."""
+    cores = os.cpu_count() or 1
+    if kind == "cpu" and address is None and cards is not None and cards > SIMULATED_CARDS_PER_CORE * cores:
+        raise UsageError(
+            f"--cards {cards}: {cards} simulated cards on this machine's {cores} cores is more than "
+            f"{SIMULATED_CARDS_PER_CORE} per core; use at most {SIMULATED_CARDS_PER_CORE * cores}, or --address a cluster"
+        )
+
+
+def expected_cards(kind: str, config: CommonOptions) -> int:
+    """The cards a run will get, as far as can be told before Ray starts: those asked for, the
+    simulated ones a private local Ray declares, else one (a cluster says how many it has)."""
+    if config.cards is not None:
+        return config.cards
+    return DEFAULT_SIMULATED_CARDS if kind == "cpu" and cluster_address(config.address) is None else 1
+
+
+def check_memory(estimate: Estimate, max_memory_gib: float | None) -> None:
+    """Refuse a plan whose estimate exceeds `max_memory_gib`, or by default half of the memory
+    this machine has available now."""
+    if max_memory_gib is not None:
+        bound, what = int(max_memory_gib * GIB), f"--max-memory {max_memory_gib:g} GiB"
+    else:
+        available = available_memory()
+        bound, what = available // 2, f"half of the {available / GIB:.1f} GiB this machine has available"
+    if estimate.total > bound:
+        raise UsageError(
+            f"the plan needs about {estimate.describe()}, more than {what}; lower --batch-sizes, --episodes, "
+            "--cards or the policies, or raise --max-memory GIB if the machine truly holds it"
+        )
+
+
+def available_memory() -> int:
+    """Bytes this machine can give a new process without swapping: the kernel's MemAvailable
+    (free memory and the page cache it can drop), else the free pages."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def estimate(config: CommonOptions, policies: dict[str, PolicyNet], n_cards: int) -> Estimate:
+    """The memory of a sweep or a bench of `policies` on `n_cards` cards."""
+    if isinstance(config, SweepConfig):
+        sizes = [*config.batch_sizes, UNIFORM_BATCH, EDGE_BATCH]
+    else:
+        assert isinstance(config, BenchConfig)
+        sizes = list(config.batch_sizes)
+    episodes = config.episodes if isinstance(config, SweepConfig) else max(config.batch_sizes)
+    dtypes, actors = len(config.dtypes), n_cards + (1 if isinstance(config, SweepConfig) else 0)
+    driver = object_store = weights = largest_unit = 0
+    for policy in policies.values():
+        rows = sum(sizes)
+        inputs, outputs = rows * input_bytes_per_row(policy), rows * output_bytes_per_row(policy)
+        driver += inputs + max(sizes) * output_bytes_per_row(policy) * (n_cards + REFERENCE_CALLS)
+        object_store += dtypes * (inputs + outputs) * (n_cards + REFERENCE_CALLS)
+        weights += (dtypes + 2) * weight_bytes(policy)
+        # An actor runs one unit at a time: its largest forward, or its largest set of episodes.
+        forward = max(sizes) * activation_bytes_per_row(policy)
+        largest_unit = max(largest_unit, forward, episode_bytes(policy, episodes) if policy.info.env_id else 0)
+    return Estimate(driver, object_store, actors * (ACTOR_BYTES + weights + largest_unit))
+
+
+def input_bytes_per_row(policy: PolicyNet) -> int:
+    """One row of observations and its noise, as the workloads make them (float32)."""
+    return 4 * (policy.info.obs_size + policy.info.action_size)
+
+
+def output_bytes_per_row(policy: PolicyNet) -> int:
+    """One row's head, action and sampled action, at most float64 each."""
+    return 8 * 3 * policy.info.action_size
+
+
+def weight_bytes(policy: PolicyNet) -> int:
+    """The float32 policy's parameters and buffers; a cast copy in another dtype is no larger
+    but the golden's float64, which counts twice."""
+    tensors = [*policy.parameters(), *policy.buffers()]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@torch.inference_mode()
+def activation_bytes_per_row(policy: PolicyNet) -> int:
+    """What one row's forward holds at its peak, in float64: the observation, and a layer's input
+    and output at once (an inference forward frees each activation once the next layer has it),
+    sized from the largest layer output of one forward at batch 1, so any body is covered."""
+    largest = 0
+
+    def measure(_module: torch.nn.Module, _inputs: object, output: object) -> None:
+        nonlocal largest
+        if isinstance(output, torch.Tensor):
+            largest = max(largest, output.numel())
+
+    leaves = [m for m in policy.modules() if not any(True for _ in m.children())]
+    hooks = [m.register_forward_hook(measure) for m in leaves]
+    try:
+        policy(*(torch.zeros((1, size), dtype=torch.float32) for size in policy.info.obs_sizes))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return 8 * (policy.info.obs_size + 2 * largest)
+
+
+def episode_bytes(policy: PolicyNet, episodes: int) -> int:
+    """One episode unit on one actor: its lockstep environments and the step-by-step history of
+    actions and noise kept until the episodes end."""
+    horizon = (max_episode_steps(policy.info.env_id) if policy.info.env_id else None) or DEFAULT_HORIZON
+    per_step = 8 + 2 * 4 * policy.info.action_size  # an int64 or float32 action, and its noise
+    return episodes * (ENV_BYTES + horizon * per_step)

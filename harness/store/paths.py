@@ -1,0 +1,60 @@
+"""Where a run's files go: the results folder, the run's name, and nothing outside them.
+
+A run id is a name, never a path: it is checked against one alphabet wherever it is taken
+(`--run-id`, `--resume`, `report RUN_ID`, `--compare`, a TOML key, a job's arguments), and every
+path the writer writes or removes is checked to lie inside the results folder before it is
+touched, so no run id, however it was made, reaches a file outside. Light on purpose: the
+options module checks names with it before anything heavy is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from harness.errors import UsageError
+
+STAGING = ".staging"
+RUN_ID_MAX = 128
+# Letters, digits, '.', '_' and '-', not starting with '.': a file name on every system, never
+# hidden, never '..' or a path, and the same string in a hive partition (`run_id=<id>`) and in SQL.
+RUN_ID = re.compile(rf"[A-Za-z0-9_-][A-Za-z0-9._-]{{0,{RUN_ID_MAX - 1}}}")
+
+
+def check_run_id(run_id: str, where: str = "--run-id") -> str:
+    """`run_id` if it is a valid name, else a UsageError saying what a run id may be."""
+    if RUN_ID.fullmatch(run_id):
+        return run_id
+    raise UsageError(
+        f"{where} {run_id!r}: a run id is a name of letters, digits, '.', '_' and '-', not starting with '.', "
+        f"at most {RUN_ID_MAX} characters, e.g. nightly-2026-12-01"
+    )
+
+
+def inside(results: Path, path: Path) -> Path:
+    """`path`, after checking that it resolves to a place inside `results` (links followed)."""
+    root, target = results.resolve(), path.resolve()
+    if target == root or not target.is_relative_to(root):
+        raise UsageError(f"{path} is not inside the results folder {results}: the harness writes nowhere else")
+    return path
+
+
+def check_results_folder(results: Path) -> Path:
+    """`results`, if a run may write there: a folder (or a path where one can be made) that is
+    not the filesystem's root and that this process can write. Checked before Ray starts, so a
+    read-only mount is one line, not a traceback after start-up."""
+    resolved = results.resolve()
+    if resolved == Path(resolved.anchor):
+        raise UsageError(f"--results {results}: the filesystem root; give the results a folder of their own, e.g. ./results")
+    if resolved.exists() and not resolved.is_dir():
+        raise UsageError(f"--results {results}: is a file; it must be a folder (it is made if missing)")
+    existing = next(p for p in (resolved, *resolved.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == resolved else f" (its nearest existing folder {existing} is not)"
+        raise UsageError(f"--results {results}: not writable by this process{where}; pick a folder you can write")
+    return results
+
+
+def table_dir(results: Path, table: str, run_id: str) -> Path:
+    return inside(results, results / table / f"run_id={check_run_id(run_id)}")

@@ -1,0 +1,201 @@
+"""Hostile and careless input: no run id, results path or config reaches a file outside the
+results, and every bomb is exit 2 within seconds, with one line, before Ray starts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.store.paths import check_run_id, inside
+from harness.store.schema import CheckRow, RunRow
+from harness.store.writer import RunWriter, write_rows
+from tests.helpers import assert_usage_error, cli, harness
+
+BASE = ("--policy", "cartpole", "--dtypes", "float32", "--accelerator", "cpu", "--no-progress")
+QUICK = (*BASE, "--episodes", "0")  # a sweep's
+
+
+def _quick(command: str) -> tuple[str, ...]:
+    return QUICK if command == "sweep" else BASE
+
+
+def _victim(path: Path) -> Path:
+    """A folder with a file in it that no run may touch."""
+    path.mkdir(parents=True)
+    (path / "precious.txt").write_text("keep me")
+    return path
+
+
+def _untouched(path: Path) -> bool:
+    return (path / "precious.txt").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("run_id", ["{victim}", "..", "../../victim", "a/b", ".hidden", "x" * 129, "", "semi;colon", "a b"])
+def test_a_run_id_that_is_not_a_name_is_exit_2_and_touches_nothing(tmp_path: Path, run_id: str) -> None:
+    victim = _victim(tmp_path / "victim")
+    results = tmp_path / "space" / "results"
+    run_id = run_id.format(victim=victim)
+    for command in ("sweep", "bench"):
+        proc = cli(command, *_quick(command), "--results", str(results), "--run-id", run_id)
+        assert_usage_error(proc, "a run id is a name of letters, digits")
+    assert _untouched(victim) and not results.exists()
+
+
+def test_run_ids_are_checked_wherever_they_are_taken(tmp_path: Path) -> None:
+    victim = _victim(tmp_path / "victim")
+    results = tmp_path / "results"
+    results.mkdir()
+    assert_usage_error(cli("sweep", *QUICK, "--results", str(results), "--resume", "../victim"), "--resume '../victim'")
+    assert_usage_error(cli("report", "../victim", "--results", str(results)), "RUN_ID '../victim'")
+    assert_usage_error(cli("report", "--compare", "a", "/etc", "--results", str(results)), "--compare '/etc'")
+    config = tmp_path / "sweep.toml"
+    config.write_text(f'run_id = "{victim}"\n')
+    assert_usage_error(cli("sweep", *QUICK, "--results", str(results), "--config", str(config)), "--run-id")
+    job = subprocess.run(
+        ["python", "jobs/sweep.py", *QUICK, "--results", str(results), "--run-id", ".."],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
+        env={**os.environ, "PATH": f"{Path(os.sys.executable).parent}:{os.environ['PATH']}"},
+    )
+    assert job.returncode == 2 and "Traceback" not in job.stderr and "a run id is a name" in job.stderr, job.stderr
+    assert _untouched(victim) and list(results.iterdir()) == []
+
+
+def test_the_writer_never_writes_or_removes_outside_the_results(tmp_path: Path) -> None:
+    """Even a run id that got past the options, or a staging folder that is a link elsewhere."""
+    victim = _victim(tmp_path / "victim")
+    results = tmp_path / "results"
+    with pytest.raises(Exception, match="a run id is a name"):
+        RunWriter(results, "../victim")
+    (results / ".staging").mkdir(parents=True)
+    os.symlink(victim, results / ".staging" / "linked")
+    with pytest.raises(Exception, match="not inside the results folder"):
+        RunWriter(results, "linked")
+    with pytest.raises(Exception, match="not inside the results folder"):
+        inside(results, results / "checks" / ".." / ".." / "victim")
+    assert check_run_id("20261201T072642-a1b2c3") == "20261201T072642-a1b2c3"
+    assert _untouched(victim)
+
+
+@pytest.mark.parametrize("command", ["sweep", "bench"])
+def test_results_at_the_root_or_not_writable_is_exit_2(command: str) -> None:
+    assert_usage_error(cli(command, *_quick(command), "--results", "/"), "the filesystem root")
+    # /proc/sys is read-only to every process, root included.
+    assert_usage_error(cli(command, *_quick(command), "--results", "/proc/sys/harness-results"), "not writable")
+
+
+def test_results_on_a_read_only_mount_is_exit_2_before_ray_starts(tmp_path: Path) -> None:
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro", "tmpfs", str(mount)], capture_output=True, timeout=30)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a read-only tmpfs here ({made.stderr.decode().strip() or made.returncode})")
+    try:
+        start = time.monotonic()
+        proc = harness("sweep", *QUICK, "--results", str(mount / "results"), timeout=60)
+        assert_usage_error(proc, "not writable")
+        assert time.monotonic() - start < 20  # refused before Ray starts, not after its start-up
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--batch-sizes", "1000000000"], "the plan needs about"),
+        (["--batch-sizes", "99999999999999999999"], "the plan needs about"),
+        (["--episodes", "100000000"], "the plan needs about"),
+        (["--batch-sizes", "65536", "--max-memory", "0.01"], "more than --max-memory 0.01 GiB"),
+        (["--cards", "1000"], "--cards 1000: 1000 simulated cards"),
+        (["--seed=-1"], "--seed -1: must be from 0 to 4294967295"),
+        (["--seed", "99999999999999999999"], "--seed 99999999999999999999: must be from 0"),
+        (["--max-memory", "0"], "--max-memory 0.0: must be more than 0"),
+        (["--policy", "hf://owner/name/sub/../model.zip"], "no '.', '..' or empty parts"),
+        (["--policy", "hf://own er/name"], "owner and name are letters"),
+    ],
+)
+def test_resource_bombs_and_bad_numbers_are_exit_2_at_once(tmp_path: Path, args: list[str], expected: str) -> None:
+    start = time.monotonic()
+    for command in ("sweep", "bench"):
+        if command == "bench" and "--episodes" in args:
+            continue  # a bench plays no episodes of its own
+        proc = cli(command, *BASE, *args, "--results", str(tmp_path / "r"))
+        assert_usage_error(proc, expected)
+    assert time.monotonic() - start < 30
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_seed_too_large_in_the_config_file_is_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "sweep.toml"
+    config.write_text("seed = 99999999999999999999\n")
+    proc = cli("sweep", *QUICK, "--config", str(config), "--results", str(tmp_path / "r"))
+    assert_usage_error(proc, "must be from 0 to 4294967295")
+
+
+def test_a_config_that_is_a_fifo_or_a_device_is_refused_without_reading_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    for config, what in ((fifo, "is a FIFO, not a config file"), (Path("/dev/zero"), "is a character device")):
+        # A fresh process with a deadline: a FIFO opened for reading would block forever.
+        proc = harness("sweep", *QUICK, "--config", str(config), "--results", str(tmp_path / "r"), timeout=60)
+        assert_usage_error(proc, what)
+    big = tmp_path / "big.toml"
+    big.write_text("# " + "x" * (2 * 1024 * 1024))
+    assert_usage_error(cli("sweep", *QUICK, "--config", str(big)), "over the 1048576 byte limit")
+    assert_usage_error(cli("sweep", *QUICK, "--config", str(tmp_path)), "is a folder, not a config file")
+
+
+def _stored_run(results: Path, run_id: str, config: dict[str, object], checks: list[CheckRow], status: str) -> None:
+    row = RunRow(
+        started_at="2026-12-01T00:00:00+00:00",
+        finished_at=None,
+        status=status,
+        accelerator="cpu",
+        n_cards=2,
+        devices="[]",
+        harness_version="0.1.0",
+        torch_version="",
+        ray_version="",
+        config_json=json.dumps(config),
+        faults="",
+        git_revision="",
+        hostname="",
+        policies="[]",
+        command="",
+        summary="",
+    )
+    writer = RunWriter(results, run_id)
+    writer.begin(row)
+    if status != "running":
+        write_rows(results, "checks", run_id, checks)
+
+
+def test_resume_of_a_run_whose_stored_configuration_no_longer_validates_is_exit_2(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    _stored_run(results, "old", {"policies": ["cartpole"], "dtypes": ["float8"]}, [], "running")
+    _stored_run(results, "older", {"policies": ["cartpole"], "no_such_option": 1}, [], "running")
+    start = time.monotonic()
+    assert_usage_error(
+        cli("sweep", "--resume", "old", "--results", str(results)),
+        "--resume old: its stored configuration no longer validates",
+    )
+    assert_usage_error(cli("sweep", "--resume", "older", "--results", str(results)), "is not one this harness reads")
+    assert time.monotonic() - start < 20
+
+
+def test_report_of_a_run_with_no_checks_does_not_say_passed(tmp_path: Path) -> None:
+    results = tmp_path / "results"
+    _stored_run(results, "empty", {}, [], "failed")
+    proc = cli("report", "empty", "--results", str(results))
+    headline = proc.stdout.splitlines()[0]
+    assert "PASSED" not in proc.stdout and headline.startswith("run empty: FAILED"), proc.stdout
+    _stored_run(results, "bench-only", {}, [], "bench")
+    proc = cli("report", "bench-only", "--results", str(results))
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0].startswith("run bench-only: NO CHECKS"), proc.stdout
