@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from benchmarks import Comparison
 from harness.policies import PolicySpec, load_policy
-from harness.run.bench import Work, bench_cards, measure_scaling
+from harness.run.bench import Measured, bench_cards, measure_scaling
 from harness.workloads import make_batch
 
 LARGE = {"cartpole": (4096, 65536), "huggy-arch": (4096,)}
@@ -31,7 +31,7 @@ TARGET = 0.85
 def run() -> Comparison:
     policies = {name: load_policy(name) for name in LARGE}
     work = [
-        Work(name, "float32", make_batch(policies[name].info, "normal", size, 0))
+        Measured(name, "float32", make_batch(policies[name].info, "normal", size, 0))
         for name, sizes in LARGE.items()
         for size in sizes
     ]

@@ -37,6 +37,7 @@ from harness.judge.compare import (
     compare_decisions,
     compare_tolerance,
 )
+from harness.judge.kinds import CheckKind
 from harness.judge.golden import GoldenComparison, RatioLimits, compare_to_golden, row_errors
 from harness.outputs import EpisodeOutput, Outputs
 
@@ -77,7 +78,7 @@ class Check:
     toward the run's verdict, and the measured result (its fields are `checks` columns)."""
 
     output: str
-    kind: str
+    kind: CheckKind
     device_a: str
     device_b: str
     gating: bool
@@ -128,7 +129,7 @@ def error_check(device: str, message: str) -> Check:
         min_cos=None,
         detail=message,
     )
-    return Check("*", "error", device, "", True, result)
+    return Check("*", CheckKind.ERROR, device, "", True, result)
 
 
 def judge_cross_card(dtype: str, cards: dict[str, Outputs]) -> list[Check]:
@@ -137,7 +138,7 @@ def judge_cross_card(dtype: str, cards: dict[str, Outputs]) -> list[Check]:
     for label in labels[1:]:
         for output, first in cards[labels[0]].items():
             a, b = in_compute_dtype(cards[label][output], first, dtype)
-            checks.append(Check(output, "cross_card", label, labels[0], True, compare_bitwise(a, b)))
+            checks.append(Check(output, CheckKind.CROSS_CARD, label, labels[0], True, compare_bitwise(a, b)))
     return checks
 
 
@@ -165,10 +166,10 @@ def judge_batch(
                 checks.append(_decisions(rules, output, label, outputs[output], golden, cpu_same, noise))
                 continue
             port = compare_to_golden(outputs[output], cpu_same[output], gold, rules.dtype, rules.limits)
-            checks.append(Check(output, "cpu_reference", label, GOLDEN, True, port))
+            checks.append(Check(output, CheckKind.CPU_REFERENCE, label, GOLDEN, True, port))
             gates = rules.tolerance_gates or output in rules.bounded_outputs
             table = compare_tolerance(outputs[output], cpu_float32[output], rules.tolerance)
-            checks.append(Check(output, "tolerance", label, REFERENCE, gates, table))
+            checks.append(Check(output, CheckKind.TOLERANCE, label, REFERENCE, gates, table))
     return checks
 
 
@@ -183,7 +184,7 @@ def _decisions(
     limit = FLIP_SCORES * rules.limits.for_size(logits.size) * row_errors(cpu_same["logits"], logits, rules.dtype)
     # A row whose golden or CPU score is not finite has no honest near-tie: any flip there fails.
     limit = np.where(np.isfinite(limit), limit, 0.0)
-    return Check(output, "decisions", label, GOLDEN, True, compare_decisions(actions, golden[output], scores, limit))
+    return Check(output, CheckKind.DECISIONS, label, GOLDEN, True, compare_decisions(actions, golden[output], scores, limit))
 
 
 def judge_onnx(rules: Rules, onnx: Outputs, torch_float32: Outputs, golden: Outputs) -> list[Check]:
@@ -195,7 +196,7 @@ def judge_onnx(rules: Rules, onnx: Outputs, torch_float32: Outputs, golden: Outp
             result: Result = compare_bitwise(ort.astype(np.int64), torch_float32[output].astype(np.int64))
         else:
             result = compare_to_golden(ort, torch_float32[output], golden[output], "float32", rules.limits, what="onnxruntime")
-        checks.append(Check(output, "onnx_reference", ONNX_REFERENCE, GOLDEN, True, result))
+        checks.append(Check(output, CheckKind.ONNX_REFERENCE, ONNX_REFERENCE, GOLDEN, True, result))
     return checks
 
 
@@ -205,7 +206,7 @@ def judge_batch_invariance(cards: dict[str, tuple[Outputs, Outputs]], gating: bo
     checks = []
     for label, (alone, inside) in cards.items():
         for output, a in alone.items():
-            checks.append(Check(output, "batch_invariance", label, label, gating, compare_bitwise(a, inside[output])))
+            checks.append(Check(output, CheckKind.BATCH_INVARIANCE, label, label, gating, compare_bitwise(a, inside[output])))
     return checks
 
 
@@ -226,11 +227,13 @@ def judge_episodes(
     labels = list(cards)
     checks: list[Check] = []
     for label in labels[1:]:
-        checks.append(Check("actions", "cross_card", label, labels[0], True, _trajectories(cards[label], cards[labels[0]])))
+        checks.append(
+            Check("actions", CheckKind.CROSS_CARD, label, labels[0], True, _trajectories(cards[label], cards[labels[0]]))
+        )
         checks.append(
             Check(
                 "returns",
-                "cross_card",
+                CheckKind.CROSS_CARD,
                 label,
                 labels[0],
                 True,
@@ -243,7 +246,7 @@ def judge_episodes(
     }
     for label, episodes in cards.items():
         checks.append(
-            Check("returns", "episode_return", label, REFERENCE, True, _mean_return(episodes, reference, steps[label]))
+            Check("returns", CheckKind.EPISODE_RETURN, label, REFERENCE, True, _mean_return(episodes, reference, steps[label]))
         )
     return checks, steps
 

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from harness.dtypes import LABEL_ORDER
+from harness.judge.kinds import CheckKind
 from harness.report.summary import batch_invariance_lines, summarize
 
 if TYPE_CHECKING:
@@ -146,7 +147,7 @@ SELECT policy, dtype, output, count(*)::VARCHAR AS checks,
        printf('%.3g', max(max_abs)) AS "max_abs vs golden (max)", printf('%.8f', min(cosine)) AS "cosine (min)",
        CASE WHEN bool_and(passed) THEN 'PASS' ELSE 'FAIL ' || count(*) FILTER (NOT passed) END AS verdict
 FROM checks
-WHERE run_id = $run_id AND kind = 'cpu_reference' AND output IN {HEAD_OUTPUTS}
+WHERE run_id = $run_id AND kind = '{CheckKind.CPU_REFERENCE}' AND output IN {HEAD_OUTPUTS}
 GROUP BY policy, dtype, output ORDER BY policy, {dtype_order()}
 """
 
@@ -301,7 +302,7 @@ def _plot_errors(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str
         con,
         f"""
         SELECT dtype, error_ratio, ratio_limit FROM checks
-        WHERE run_id = $run_id AND kind = 'cpu_reference' AND isfinite(error_ratio)
+        WHERE run_id = $run_id AND kind = '{CheckKind.CPU_REFERENCE}' AND isfinite(error_ratio)
         ORDER BY {dtype_order()}""",
         run_id,
     ).to_pylist()

@@ -4,47 +4,44 @@ worst error; for a bench, one line per measurement."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, assert_never
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from harness.dtypes import LABEL_ORDER
+from harness.judge.kinds import CheckKind
 from harness.store.schema import BenchRow
-
-
-KINDS = (
-    "error",
-    "cross_card",
-    "cpu_reference",
-    "decisions",
-    "episode_return",
-    "tolerance",
-    "onnx_reference",
-    "batch_invariance",
-)
 
 
 def measured_over_limit(row: dict[str, Any]) -> float | None:
     """How close a row came to its limit, unitless: 1 is the limit, above it fails. None for
-    checks with no scale (bit for bit, errors)."""
-    kind = row["kind"]
-    if kind in ("cpu_reference", "onnx_reference") and row.get("ratio_limit"):
-        return float(max(row["error_ratio"], row["max_ratio"]) / row["ratio_limit"])
-    if kind == "tolerance" and row.get("atol") is not None:
-        bound = row["atol"] + row["rtol"] * row["ref_max_abs"]
-        by_abs = row["max_abs"] / bound if bound > 0 else (0.0 if row["max_abs"] == 0 else float("inf"))
-        slack = 1.0 - row["min_cos"]
-        by_cos = (1.0 - row["cosine"]) / slack if slack > 0 else 0.0
-        return float(max(by_abs, by_cos))
-    if kind == "decisions":
-        if not row.get("n_flips"):
-            return 0.0
-        limit = row["flip_margin_limit"]
-        return float(row["max_flip_margin"] / limit) if limit else float("inf")
-    if kind == "episode_return" and row.get("return_rtol"):
-        return float(row["return_rel_diff"] / row["return_rtol"])
-    return None
+    checks with no scale (bit for bit, errors) or no limit recorded."""
+    kind = CheckKind(row["kind"])
+    match kind:
+        case CheckKind.CPU_REFERENCE | CheckKind.ONNX_REFERENCE:
+            if not row.get("ratio_limit"):
+                return None
+            return float(max(row["error_ratio"], row["max_ratio"]) / row["ratio_limit"])
+        case CheckKind.TOLERANCE:
+            if row.get("atol") is None:
+                return None
+            bound = row["atol"] + row["rtol"] * row["ref_max_abs"]
+            by_abs = row["max_abs"] / bound if bound > 0 else (0.0 if row["max_abs"] == 0 else float("inf"))
+            slack = 1.0 - row["min_cos"]
+            by_cos = (1.0 - row["cosine"]) / slack if slack > 0 else 0.0
+            return float(max(by_abs, by_cos))
+        case CheckKind.DECISIONS:
+            if not row.get("n_flips"):
+                return 0.0
+            limit = row["flip_margin_limit"]
+            return float(row["max_flip_margin"] / limit) if limit else float("inf")
+        case CheckKind.EPISODE_RETURN:
+            return float(row["return_rel_diff"] / row["return_rtol"]) if row.get("return_rtol") else None
+        case CheckKind.ERROR | CheckKind.CROSS_CARD | CheckKind.BATCH_INVARIANCE:
+            return None
+        case _:
+            assert_never(kind)
 
 
 @dataclass
@@ -93,7 +90,7 @@ class Group:
     def worst_text(self) -> str:
         if self.worst is not None:
             return f"{self.worst:.3g}"
-        if self.kind == "error":
+        if self.kind == CheckKind.ERROR:
             return "-"
         return "equal" if self.max_ulp == 0 else f"{self.max_ulp} ulp"
 
@@ -107,7 +104,9 @@ def summarize(checks: pa.Table) -> list[Group]:
         key = (row["policy"], row["dtype"], row["kind"])
         groups.setdefault(key, Group(*key)).add(row)
     order = {k: i for i, k in enumerate(dict.fromkeys(r["policy"] for r in rows))}
-    return sorted(groups.values(), key=lambda g: (order[g.policy], _position(LABEL_ORDER, g.dtype), _position(KINDS, g.kind)))
+    return sorted(
+        groups.values(), key=lambda g: (order[g.policy], _position(LABEL_ORDER, g.dtype), _position(tuple(CheckKind), g.kind))
+    )
 
 
 def _position(order: tuple[str, ...], value: str) -> int:
@@ -136,7 +135,7 @@ def print_summary(
         )
     for g in groups:
         # Batch invariance is the card's property: said once per card below.
-        if (g.failed or g.findings) and not (g.kind == "batch_invariance" and not g.failed):
+        if (g.failed or g.findings) and not (g.kind == CheckKind.BATCH_INVARIANCE and not g.failed):
             label = "FAIL" if g.failed else "finding (not gating)"
             print(f"  {label} {g.policy} {g.dtype} {g.kind}: {g.first_failure}", file=out)
     for line in batch_invariance_lines(checks):
@@ -151,7 +150,7 @@ def print_summary(
 def batch_invariance_lines(checks: pa.Table) -> list[str]:
     """Batch invariance as a property of each card: does a row computed alone equal the same row
     inside a large batch, bit for bit?"""
-    rows = [r for r in checks.to_pylist() if r["kind"] == "batch_invariance"]
+    rows = [r for r in checks.to_pylist() if r["kind"] == CheckKind.BATCH_INVARIANCE]
     lines = []
     for device in dict.fromkeys(r["device_a"] for r in rows):
         differ = [r for r in rows if r["device_a"] == device and not r["bitwise_equal"]]

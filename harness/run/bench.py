@@ -43,7 +43,7 @@ START_DELAY_S = 0.1
 
 
 @dataclass(frozen=True)
-class Work:
+class Measured:
     """One (policy, dtype, batch) combination, its batch made on the driver from the seed."""
 
     policy: str
@@ -70,7 +70,7 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         run_id = claim_run_id(results, config.run_id)
         work = [
-            Work(name, dtype, make_batch(p.info, "normal", size, config.seed))
+            Measured(name, dtype, make_batch(p.info, "normal", size, config.seed))
             for name, p in policies.items()
             for dtype in config.dtypes
             for size in config.batch_sizes
@@ -141,7 +141,7 @@ def bench_cards(
         yield placed
 
 
-def _latency(cards: list[BenchCard], work: list[Work], budget_s: float, bar: tqdm) -> list[BenchRow]:
+def _latency(cards: list[BenchCard], work: list[Measured], budget_s: float, bar: tqdm) -> list[BenchRow]:
     """Each card alone, one after another: device time, then end to end through Ray."""
     rows = []
     for w in work:
@@ -153,7 +153,7 @@ def _latency(cards: list[BenchCard], work: list[Work], budget_s: float, bar: tqd
     return rows
 
 
-def _round_trip(card: BenchCard, w: Work) -> object:
+def _round_trip(card: BenchCard, w: Measured) -> object:
     # The batch goes through Ray on every call: shipping it is part of the end-to-end time.
     return ray.get(card.actor.run_batch.remote(w.policy, w.dtype, w.batch.obs, w.batch.noise))
 
@@ -162,7 +162,7 @@ def _no_sync() -> None:
     """ray.get returns numpy already copied off the card: nothing is left queued to wait for."""
 
 
-def _latency_row(w: Work, card: BenchCard, stats: LatencyStats, timing: str) -> BenchRow:
+def _latency_row(w: Measured, card: BenchCard, stats: LatencyStats, timing: str) -> BenchRow:
     detail = {"iterations": stats.iterations, "input_sha256": w.batch.sha256}
     if timing == "end_to_end":
         detail["first_call"] = "after the device row's warm-up: first round trip of this batch"
@@ -186,7 +186,7 @@ def _latency_row(w: Work, card: BenchCard, stats: LatencyStats, timing: str) -> 
 
 
 def measure_scaling(
-    cards: list[BenchCard], steps: list[int], work: list[Work], duration_s: float, bar: tqdm
+    cards: list[BenchCard], steps: list[int], work: list[Measured], duration_s: float, bar: tqdm
 ) -> list[BenchRow]:
     """For each k, the first k cards run the same batch at once for one window."""
     rows = []
@@ -210,7 +210,7 @@ def measure_scaling(
 
 
 def _throughput_row(
-    w: Work, group: list[BenchCard], runs: list[Throughput], total: float, efficiency: float | None, duration_s: float
+    w: Measured, group: list[BenchCard], runs: list[Throughput], total: float, efficiency: float | None, duration_s: float
 ) -> BenchRow:
     detail = {
         "window_s": duration_s,

@@ -18,7 +18,8 @@ from harness.errors import UsageError
 from harness.run.place import card_count, connect
 from harness.run.provenance import now
 from harness.store.schema import RunRow
-from harness.store.writer import new_run_id, table_dir
+from harness.store.paths import table_dir
+from harness.store.writer import new_run_id
 
 RUN_TABLES = ("runs", "checks", "bench")
 

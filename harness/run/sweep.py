@@ -9,38 +9,32 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import asdict, dataclass
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import ray
 
 from harness.devices import resolve_accelerator
-from harness.dtypes import base_dtype, reduced_label
+from harness.dtypes import reduced_label
 from harness.errors import UsageError, first_line
-from harness.inference.capture import layer_modules
 from harness.inference.faults import parse_faults
-from harness.judge.localize import first_divergent_layer, first_layer_off_golden
-from harness.judge.verdicts import (
-    REFERENCE,
-    Check,
-    Rules,
-    error_check,
-    judge_batch,
-    judge_batch_invariance,
-    judge_episodes,
-    judge_onnx,
-    tolerance_of,
-)
-from harness.policies import GOLDEN, PolicyNet, load_policy
+from harness.judge.kinds import CheckKind
+from harness.judge.verdicts import Check, Rules, error_check, tolerance_of
+from harness.outputs import Outputs
+from harness.policies import PolicyNet, load_policy
 from harness.report.summary import print_summary
 from harness.run.budget import check_cards, check_memory, estimate, expected_cards
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
 from harness.run.options import SweepConfig, parse_tolerances, ratio_limits, validate
 from harness.run.place import Placement, cluster_address, describe_actors, place_sweep
-from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit, plan_inputs, plan_units, policy_specs
+from harness.run.dispatch import Gathered, SharedRefs, Submitted, check_row, judge, submit
+from harness.run.layer_search import localize_failures
+from harness.run.plan import BatchWork, Unit, plan_inputs, plan_units, policy_specs
 from harness.run.provenance import new_run_row, now
-from harness.store.schema import CheckRow, EpisodeRow
-from harness.store.writer import STAGING, RunWriter, read_run, table_dir
+from harness.store.paths import STAGING, table_dir
+from harness.store.writer import RunWriter, read_run
 
 
 @dataclass
@@ -58,7 +52,7 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
     phases = Phases()
     started = now()
     if config.resume:
-        config, started = resume_config(config)
+        config, started = resume_config(config, config.resume)
     results = Path(config.results)
     with phases("plan"):
         faults = parse_faults(config.inject_fault)
@@ -137,36 +131,29 @@ def without_episodes(config: SweepConfig, policies: dict[str, PolicyNet]) -> dic
     return {key: "--env ENV_ID" for key, p in policies.items() if p.info.env_id is None}
 
 
-def resume_config(config: SweepConfig) -> tuple[SweepConfig, str]:
-    """The interrupted run's own configuration (so its units are planned again, identically) and
-    its start time. Where to find the results and the cluster come from this invocation."""
+def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
+    """The interrupted run `run_id`'s own configuration (so its units are planned again,
+    identically) and its start time. Where to find the results and the cluster come from this
+    invocation."""
     results = Path(config.results)
     try:
-        [stored] = read_run(results, config.resume)
+        [stored] = read_run(results, run_id)
     except (FileNotFoundError, ValueError):
-        raise UsageError(f"--resume {config.resume}: no such run in {results}") from None
-    if not (results / STAGING / config.resume).is_dir():
-        raise UsageError(f"--resume {config.resume}: that run finished ({stored['status']}); nothing to resume")
+        raise UsageError(f"--resume {run_id}: no such run in {results}") from None
+    if not (results / STAGING / run_id).is_dir():
+        raise UsageError(f"--resume {run_id}: that run finished ({stored['status']}); nothing to resume")
     try:
         resumed = SweepConfig(**json.loads(stored["config_json"]))
     except (TypeError, ValueError) as exc:
         raise UsageError(
-            f"--resume {config.resume}: its stored configuration is not one this harness reads ({first_line(exc)})"
+            f"--resume {run_id}: its stored configuration is not one this harness reads ({first_line(exc)})"
         ) from None
     resumed.results, resumed.address, resumed.progress = config.results, config.address, config.progress
-    resumed.resume, resumed.run_id = config.resume, config.resume
+    resumed.resume, resumed.run_id = run_id, run_id
     try:
         return validate(resumed), stored["started_at"]
     except UsageError as exc:
-        raise UsageError(f"--resume {config.resume}: its stored configuration no longer validates: {exc}") from None
-
-
-@dataclass
-class _Submitted:
-    unit: Unit
-    cards: list[ray.ObjectRef]
-    references: dict[str, ray.ObjectRef]  # what the unit is judged against, by role
-    inside: list[ray.ObjectRef]  # batch invariance: each card's outputs of the whole batch
+        raise UsageError(f"--resume {run_id}: its stored configuration no longer validates: {exc}") from None
 
 
 def _fan_out_and_judge(
@@ -178,223 +165,51 @@ def _fan_out_and_judge(
     writer: RunWriter,
     phases: Phases,
 ) -> list[str]:
-    """Send every unit to every actor at once, then judge units in order as results arrive."""
+    """Send every unit to every actor at once, then judge units in order as results arrive; a
+    unit's ObjectRefs are let go once it is staged."""
     from tqdm import tqdm
 
     limits, user_tolerances = ratio_limits(config), parse_tolerances(config.tolerance)
+    shared = SharedRefs()
     with phases("fanout"):
-        cache: dict[tuple[str, str, str], ray.ObjectRef] = {}
-        batches: dict[tuple[str, str, str], list[ray.ObjectRef]] = {}
-        pending = [
-            _Submitted(
-                u,
-                _submit_cards(placement, u, batches),
-                _submit_references(placement, u, cache),
-                _inside(placement, u, batches),
-            )
-            for u in units
-        ]
+        pending = deque(submit(placement, unit, shared) for unit in units)
     dead: set[str] = set()
-    layers: dict[tuple[str, str, str, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
+    layers: dict[tuple[str, str, CheckKind, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
     bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not config.progress, file=sys.stderr)
-    for job in pending:
+    while pending:
+        job = pending.popleft()
         unit = job.unit
         with phases("compute"):
-            references = {role: ray.get(ref) for role, ref in job.references.items()}
-            outputs, errors = {}, []
-            # A loader unit sends the cards nothing: no card outputs to gather.
-            card_refs = zip(labels, job.cards, strict=True) if job.cards else ()
-            for position, (label, ref) in enumerate(card_refs):
-                try:
-                    outputs[label] = ray.get(ref) if not job.inside else (ray.get(ref), ray.get(job.inside[position]))
-                except ray.exceptions.RayError as exc:
-                    dead.add(label)
-                    errors.append(error_check(label, f"{label} produced nothing: {first_line(exc)}"))
+            got, errors = _gather(job, labels, dead)
         with phases("judge"):
             tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
             rules = Rules(unit.dtype, limits, tolerance, user_set, policies[unit.policy].bounded_outputs())
-            checks, episodes = _judge(config, rules, unit, outputs, references)
+            checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
             rows = [check_row(unit, c) for c in errors + checks]
             if isinstance(unit.work, BatchWork):
-                _localize_failures(placement, labels, policies[unit.policy], unit, rows, rules, layers)
+                localize_failures(placement, labels, policies[unit.policy], unit, rows, rules, layers)
         with phases("write"):
             writer.stage_unit(unit.unit_id, rows, episodes)
+        shared.release(job.shared)
         bar.update(1)
     bar.close()
     return sorted(dead)
 
 
-def _submit_cards(
-    placement: Placement, unit: Unit, batches: dict[tuple[str, str, str], list[ray.ObjectRef]]
-) -> list[ray.ObjectRef]:
-    work, dtype = unit.work, base_dtype(unit.dtype)
-    if isinstance(work, BatchWork):
-        refs = [c.run_batch.remote(unit.policy, dtype, work.batch.obs, work.batch.noise) for c in placement.cards]
-        batches[unit.policy, unit.dtype, work.batch.name] = refs
-        return refs
-    if isinstance(work, InvarianceWork):
-        obs, noise = tuple(o[: work.rows] for o in work.batch.obs), work.batch.noise[: work.rows]
-        return [c.run_batch.remote(unit.policy, dtype, obs, noise) for c in placement.cards]
-    if isinstance(work, EpisodeWork):
-        return [
-            c.run_episodes.remote(unit.policy, dtype, work.env_id, list(work.seeds), work.stochastic, work.batching)
-            for c in placement.cards
-        ]
-    return []  # LoaderWork: the loader is checked on the CPU alone
-
-
-def _inside(placement: Placement, unit: Unit, batches: dict[tuple[str, str, str], list[ray.ObjectRef]]) -> list[ray.ObjectRef]:
-    """For a batch-invariance unit, each card's outputs of the whole batch: the same call its
-    batch unit made (planned before it), or, where a resumed run did that unit before, made again."""
-    work = unit.work
-    if not isinstance(work, InvarianceWork):
-        return []
-    key = (unit.policy, unit.dtype, work.batch.name)
-    if key not in batches:
-        obs, noise = work.batch.obs, work.batch.noise
-        batches[key] = [c.run_batch.remote(unit.policy, base_dtype(unit.dtype), obs, noise) for c in placement.cards]
-    return batches[key]
-
-
-def _submit_references(
-    placement: Placement, unit: Unit, cache: dict[tuple[str, str, str], ray.ObjectRef]
-) -> dict[str, ray.ObjectRef]:
-    """What the CPU computes for a unit, each once per (policy, workload, dtype) whatever the
-    units that need it: the float64 golden, float32 and the card's dtype for a batch; onnxruntime
-    for the loader; float32 episodes."""
-    ref, work = placement.reference, unit.work
-
-    def once(dtype: str, submit) -> ray.ObjectRef:
-        # Keyed by the input's bytes: a batch unit and the loader unit of the same batch share them.
-        key = (unit.policy, work.input_sha256, dtype)
-        if key not in cache:
-            cache[key] = submit()
-        return cache[key]
-
-    if isinstance(work, (BatchWork, LoaderWork)):
-        obs, noise = work.batch.obs, work.batch.noise
-        batch = {
-            "golden": once(GOLDEN, lambda: ref.run_batch.remote(unit.policy, GOLDEN, obs, noise)),
-            "float32": once("float32", lambda: ref.run_batch.remote(unit.policy, "float32", obs, noise)),
-        }
-        if isinstance(work, LoaderWork):
-            return batch | {"onnx": once("onnx", lambda: ref.run_onnx.remote(unit.policy, obs))}
-        return batch | {"same": once(unit.dtype, lambda: ref.run_batch.remote(unit.policy, unit.dtype, obs, noise))}
-    if isinstance(work, EpisodeWork):
-
-        def episodes() -> ray.ObjectRef:
-            return ref.run_episodes.remote(
-                unit.policy, "float32", work.env_id, list(work.seeds), work.stochastic, work.batching
-            )
-
-        return {"float32": once("float32", episodes)}
-    return {}  # InvarianceWork: a card against itself
-
-
-def _judge(config: SweepConfig, rules: Rules, unit: Unit, outputs: dict, refs: dict) -> tuple[list[Check], list[EpisodeRow]]:
-    work = unit.work
-    if isinstance(work, BatchWork):
-        return judge_batch(rules, work.batch.noise, outputs, refs["golden"], refs["same"], refs["float32"]), []
-    if isinstance(work, InvarianceWork):
-        rows = {
-            label: (alone, {name: value[: work.rows] for name, value in inside.items()})
-            for label, (alone, inside) in outputs.items()
-        }
-        return judge_batch_invariance(rows, config.require_batch_invariance), []
-    if isinstance(work, LoaderWork):
-        return judge_onnx(rules, refs["onnx"], refs["float32"], refs["golden"]), []
-    checks, steps = judge_episodes(outputs, refs["float32"])
-    return checks, episode_rows(unit, outputs, refs["float32"], steps)
-
-
-def check_row(unit: Unit, check: Check) -> CheckRow:
-    """Where the comparison was made (unit, output, devices) beside what it measured and judged,
-    the measured fields taken by name from the judge's record."""
-    return CheckRow(
-        unit_id=unit.unit_id,
-        policy=unit.policy,
-        dtype=unit.dtype,
-        workload=unit.workload,
-        output=check.output,
-        kind=check.kind,
-        device_a=check.device_a,
-        device_b=check.device_b,
-        input_sha256=unit.work.input_sha256,
-        gating=check.gating,
-        **asdict(check.result),
-    )
-
-
-def episode_rows(unit: Unit, cards: dict, reference: list, steps: dict[str, list[int | None]]) -> list[EpisodeRow]:
-    """One row per device and episode, the CPU reference first."""
-    work = unit.work
-    assert isinstance(work, EpisodeWork)
-    rows = []
-    for label, episodes in {REFERENCE: reference, **cards}.items():
-        for i, episode in enumerate(episodes):
-            rows.append(
-                EpisodeRow(
-                    unit_id=unit.unit_id,
-                    policy=unit.policy,
-                    dtype=unit.dtype,
-                    device=label,
-                    env_id=work.env_id,
-                    mode=work.mode,
-                    batching=work.batching,
-                    batch_size=work.batch_size,
-                    episode_seed=episode.episode_seed,
-                    episode_return=episode.episode_return,
-                    length=episode.length,
-                    actions_sha256=episode.actions_sha256,
-                    first_divergent_step=None if label == REFERENCE else steps[label][i],
-                )
-            )
-    return rows
-
-
-def _localize_failures(
-    placement: Placement,
-    labels: list[str],
-    policy: PolicyNet,
-    unit: Unit,
-    rows: list[CheckRow],
-    rules: Rules,
-    found: dict[tuple[str, str, str, str], str],
-) -> None:
-    """For each card that failed the port on this batch, name the first layer where it parts:
-    from card 0 bit for bit, or from the golden by the port rule, on the same input; appended
-    to the failing rows' `detail`. Searched on the first batch that fails for a card and dtype
-    (a search reruns the forward on both sides); later batches name that batch's answer."""
-    work = unit.work
-    assert isinstance(work, BatchWork)
-    obs, dtype = work.batch.obs, base_dtype(unit.dtype)
-    modules = layer_modules(policy)
-    failing = sorted({(r.kind, r.device_a) for r in rows if not r.passed and r.kind in ("cross_card", "cpu_reference")})
-    for kind, label in failing:
-        key = (unit.policy, unit.dtype, kind, label)
-        if key in found:
-            _append_detail(rows, kind, label, found[key])
-            continue
-        card = placement.cards[labels.index(label)].capture.remote(unit.policy, dtype, obs)
-        if kind == "cross_card":
-            others = [placement.cards[0].capture.remote(unit.policy, dtype, obs)]
-        else:
-            others = [placement.reference.capture.remote(unit.policy, d, obs) for d in (unit.dtype, GOLDEN)]
+def _gather(job: Submitted, labels: list[str], dead: set[str]) -> tuple[Gathered, list[Check]]:
+    """The unit's results; a card that produced nothing is an error check (and counted dead)."""
+    references = {role: ray.get(ref) for role, ref in job.references.items()}
+    cards: dict[str, Any] = {}
+    inside: dict[str, Outputs] = {}
+    errors = []
+    for position, ref in enumerate(job.cards):
+        label = labels[position]
         try:
-            mine, *theirs = ray.get([card, *others])
+            cards[label] = ray.get(ref)
+            if job.inside:
+                inside[label] = ray.get(job.inside[position])
         except ray.exceptions.RayError as exc:
-            note = f"layer search failed: {first_line(exc)}"
-        else:
-            if kind == "cross_card":
-                divergence = first_divergent_layer(mine, theirs[0], modules=modules)
-            else:
-                divergence = first_layer_off_golden(mine, theirs[0], theirs[1], unit.dtype, rules.limits, modules=modules)
-            note = divergence.describe() if divergence else "no layer differs on a second run: the mismatch did not repeat"
-        found[key] = f"as found on {unit.workload}: {note}"
-        _append_detail(rows, kind, label, note)
-
-
-def _append_detail(rows: list[CheckRow], kind: str, label: str, note: str) -> None:
-    for row in rows:
-        if (row.kind, row.device_a) == (kind, label) and not row.passed:
-            row.detail = f"{row.detail}; {note}" if row.detail else note
+            cards.pop(label, None)
+            dead.add(label)
+            errors.append(error_check(label, f"{label} produced nothing: {first_line(exc)}"))
+    return Gathered(cards, inside, references), errors

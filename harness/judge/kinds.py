@@ -1,0 +1,28 @@
+"""The kinds of check a sweep makes: one enum, so a kind added here and forgotten where checks are
+judged, summarized or reported is a type error (every `match` over it ends in `assert_never`),
+never a row misrouted to a default branch. The values are the `checks.kind` column."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class CheckKind(StrEnum):
+    """In the order results list them: what failed to run, the port rule, then the dtype's."""
+
+    ERROR = "error"
+    """A card that produced nothing (died, kept dying)."""
+    CROSS_CARD = "cross_card"
+    """Every card against card 0, bit for bit: outputs, episode trajectories and returns."""
+    CPU_REFERENCE = "cpu_reference"
+    """A card against the float64 golden, relative to the CPU's own error in the card's dtype."""
+    DECISIONS = "decisions"
+    """Discrete actions against the golden's; a flip passes only as a near-tie."""
+    EPISODE_RETURN = "episode_return"
+    """A card's mean episode return against the CPU float32's."""
+    TOLERANCE = "tolerance"
+    """The fixed atol/rtol table against the CPU float32 output."""
+    ONNX_REFERENCE = "onnx_reference"
+    """The loader: onnxruntime on the original file against the golden, by the port rule."""
+    BATCH_INVARIANCE = "batch_invariance"
+    """A card's rows alone against the same rows inside a large batch, on the same card."""
