@@ -18,7 +18,7 @@ FORMATS = ("table", "csv", "json")
 EXAMPLE = 'harness query "SELECT run_id, policy, dtype, kind, detail FROM checks WHERE NOT passed"'
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "query",
         help="SQL over the results (views: runs, checks, episodes, bench)",
