@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from harness.errors import UsageError, first_line
 from harness.store.schema import SCHEMAS, TABLES
@@ -43,30 +44,30 @@ def require_results(results: Path) -> None:
         raise UsageError(f"results folder {results} holds no results (run `harness sweep --results {results}` first)")
 
 
-def _sql_text(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+def _dataset(results: Path, name: str) -> ds.Dataset:
+    """A table's committed files as one dataset with the view's columns, `run_id` from the folder name.
+
+    Files are listed here rather than globbed so that a results path holding `*`, `?` or `[` is
+    read literally (DuckDB globs every path it is given, a listed one too). The explicit schema
+    fixes columns and types: files written by an older harness that lack a column read as null.
+    """
+    schema = table_schema(name)
+    return ds.dataset(
+        [str(f) for f in parquet_files(results, name)],
+        schema=schema,
+        format="parquet",
+        partitioning=ds.HivePartitioning(pa.schema([schema.field("run_id")]), segment_encoding="none"),
+        partition_base_dir=str(results / name),
+    )
 
 
 def connect(results: str | Path = "results") -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`.
-
-    Files are listed here rather than globbed by DuckDB so that a results path holding `*`, `?`
-    or `[` is read literally. The empty typed table under each view fixes its columns and types:
-    files written by an older harness that lack a column still union into the full set.
-    """
+    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`."""
     results = Path(results)
     con = duckdb.connect()
     for name in TABLES:
-        con.register(f"_{name}_schema", table_schema(name).empty_table())
-        source = f"SELECT * FROM _{name}_schema"
-        files = parquet_files(results, name)
-        if files:
-            listed = ", ".join(_sql_text(str(f)) for f in files)
-            source += (
-                f" UNION ALL BY NAME SELECT * FROM read_parquet([{listed}], hive_partitioning = true,"
-                " hive_types = {'run_id': 'VARCHAR'}, union_by_name = true)"
-            )
-        con.sql(f"CREATE VIEW {name} AS {source}")
+        con.register(f"_{name}", _dataset(results, name))
+        con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name}")
     return con
 
 
