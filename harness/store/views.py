@@ -3,6 +3,9 @@
 Every view has the full column set of `harness.store.schema.SCHEMAS` plus `run_id` (VARCHAR, taken
 from the hive partition path), even when a table has no files yet: a results folder that holds
 only `bench`, or only a sweep, answers every query that names the other tables with no rows.
+
+The views read the Parquet files through pyarrow; the DuckDB connection itself is locked once
+they exist: it opens no file, installs and loads no extension, and its settings cannot change.
 """
 
 from __future__ import annotations
@@ -62,13 +65,36 @@ def _dataset(results: Path, name: str) -> ds.Dataset:
 
 
 def connect(results: str | Path = "results") -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`."""
+    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`, locked."""
     results = Path(results)
     con = duckdb.connect()
     for name in TABLES:
         con.register(f"_{name}", _dataset(results, name))
         con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name}")
+    _lock(con)
     return con
+
+
+# Set in this order once the views exist, then locked. Extensions: a query that needs one not
+# loaded (httpfs for a URL) fails rather than fetch it. No temporary directory: DuckDB would spill
+# large intermediates into `.tmp` in the working directory. External access off, with no path
+# allowed (allowed_paths and allowed_directories stay empty): no statement opens a file, so COPY,
+# ATTACH and EXPORT have nowhere to write, and no Python variable is scanned by name. SET after
+# `duckdb.connect`, not given to it: given there, enable_external_access = false leaves the
+# in-memory database's own names (":memory:", ":memory:.wal") writable in the working directory.
+_LOCK = (
+    "autoinstall_known_extensions = false",
+    "autoload_known_extensions = false",
+    "temp_directory = ''",
+    "enable_external_access = false",
+    "lock_configuration = true",
+)
+
+
+def _lock(con: duckdb.DuckDBPyConnection) -> None:
+    """From here on the connection opens no file and its settings stay as they are."""
+    for setting in _LOCK:
+        con.execute(f"SET {setting}")
 
 
 def sql_error_line(exc: duckdb.Error) -> str:
@@ -77,11 +103,26 @@ def sql_error_line(exc: duckdb.Error) -> str:
     missing = re.search(r"Table with name (\S+) does not exist", message)
     if missing:
         return f"unknown table {missing.group(1)}; the tables are {', '.join(TABLES)}"
+    if isinstance(exc, duckdb.PermissionException):
+        return f"{message} (a query reads the views {', '.join(TABLES)} and no file)"
     return message
 
 
+def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse anything but exactly one statement, as DuckDB's own parser splits them."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise UsageError(sql_error_line(exc)) from None
+    if not statements:  # empty, blank or only comments
+        raise UsageError('the query holds no SQL statement: give one, such as "SELECT * FROM runs"')
+    if len(statements) > 1:
+        raise UsageError(f"harness query runs one SQL statement at a time; this query holds {len(statements)}")
+
+
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """Run one user statement and return its rows; a bad statement is a UsageError."""
+    """Run one user statement and return its rows; a refused or bad statement is a UsageError."""
+    check_statement(con, sql)
     try:
         relation = con.sql(sql)
         return relation.to_arrow_table() if relation is not None else pa.table({})
