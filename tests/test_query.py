@@ -179,3 +179,12 @@ def test_empty_or_missing_results_folder_is_exit_2(tmp_path: Path) -> None:
     (tmp_path / "checks").mkdir()
     assert_usage_error(cli("query", "SELECT 1", "--results", str(tmp_path)), "holds no results")
     assert_usage_error(cli("query", "SELECT 1", "--results", str(tmp_path / "nope")), "does not exist")
+
+
+def test_a_results_path_with_a_quote_and_glob_characters_is_read_literally(tmp_path: Path) -> None:
+    folder = tmp_path / "it's *?[x]" / "results"
+    write_rows(folder, "bench", "r1", [bench_row()])
+    # As a glob, `it's *?[x]` matches `it's abx`: DuckDB, handed the listed path, read this one instead.
+    write_rows(tmp_path / "it's abx" / "results", "bench", "r1", [bench_row(detail="the other folder")])
+    assert query_json(folder, "SELECT run_id, detail FROM bench") == [{"run_id": "r1", "detail": ""}]
+    assert load_table("bench", folder).column("detail").to_pylist() == [""]

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import duckdb
     import pyarrow as pa
 
 FORMATS = ("table", "csv", "json")
@@ -23,9 +22,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "query",
         help="SQL over the results (views: runs, checks, episodes, bench)",
         description="Run one SQL statement (DuckDB) over the Parquet results. Each table is a view of the same name, "
-        f"with the run id as a VARCHAR column run_id. Example: {EXAMPLE}",
+        "with the run id as a VARCHAR column run_id. The query reads those views (their own Parquet files) and no "
+        "other file: it cannot write files, install or load extensions, or change DuckDB's settings. "
+        f"Example: {EXAMPLE}",
     )
-    parser.add_argument("sql", help="the SQL statement")
+    parser.add_argument("sql", help="one SQL statement that reads: SELECT, DESCRIBE, SUMMARIZE, PIVOT, ...")
     parser.add_argument(
         "--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)"
     )
@@ -44,19 +45,22 @@ def run(args: argparse.Namespace) -> int:
             # All rows up to DuckDB's display cap, never cut to the terminal's width.
             con.from_arrow(rows).show(max_width=1_000_000, max_rows=1_000_000, max_col_width=1_000_000)
         elif args.format == "csv":
-            sys.stdout.write(_csv(con, rows))
+            sys.stdout.write(_csv(rows))
         else:
             json.dump([_json_safe(r) for r in rows.to_pylist()], sys.stdout, default=str, allow_nan=False)
             sys.stdout.write("\n")
     return 0
 
 
-def _csv(con: duckdb.DuckDBPyConnection, rows: pa.Table) -> str:
+def _csv(rows: pa.Table) -> str:
     # DuckDB's writer handles every type a query can return (lists, structs, timestamps); it
-    # writes files only, and COPY to /dev/stdout would truncate a redirected output file.
-    with tempfile.TemporaryDirectory() as tmp:
+    # writes files only, and COPY to /dev/stdout would truncate a redirected output file. The
+    # query's connection may write no file at all, so a connection of its own writes this one.
+    import duckdb
+
+    with tempfile.TemporaryDirectory() as tmp, duckdb.connect() as writer:
         path = Path(tmp) / "out.csv"
-        con.from_arrow(rows).write_csv(str(path), header=True)
+        writer.from_arrow(rows).write_csv(str(path), header=True)
         return path.read_text()
 
 

@@ -3,6 +3,9 @@
 Every view has the full column set of `harness.store.schema.SCHEMAS` plus `run_id` (VARCHAR, taken
 from the hive partition path), even when a table has no files yet: a results folder that holds
 only `bench`, or only a sweep, answers every query that names the other tables with no rows.
+
+The views read the Parquet files through pyarrow; the DuckDB connection itself is locked once
+they exist: it opens no file, installs and loads no extension, and its settings cannot change.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import duckdb
 import pyarrow as pa
+import pyarrow.dataset as ds
 
 from harness.errors import UsageError, first_line
 from harness.store.schema import SCHEMAS, TABLES
@@ -43,31 +47,54 @@ def require_results(results: Path) -> None:
         raise UsageError(f"results folder {results} holds no results (run `harness sweep --results {results}` first)")
 
 
-def _sql_text(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
+def _dataset(results: Path, name: str) -> ds.Dataset:
+    """A table's committed files as one dataset with the view's columns, `run_id` from the folder name.
+
+    Files are listed here rather than globbed so that a results path holding `*`, `?` or `[` is
+    read literally (DuckDB globs every path it is given, a listed one too). The explicit schema
+    fixes columns and types: files written by an older harness that lack a column read as null.
+    """
+    schema = table_schema(name)
+    return ds.dataset(
+        [str(f) for f in parquet_files(results, name)],
+        schema=schema,
+        format="parquet",
+        partitioning=ds.HivePartitioning(pa.schema([schema.field("run_id")]), segment_encoding="none"),
+        partition_base_dir=str(results / name),
+    )
 
 
 def connect(results: str | Path = "results") -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`.
-
-    Files are listed here rather than globbed by DuckDB so that a results path holding `*`, `?`
-    or `[` is read literally. The empty typed table under each view fixes its columns and types:
-    files written by an older harness that lack a column still union into the full set.
-    """
+    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`, locked."""
     results = Path(results)
     con = duckdb.connect()
     for name in TABLES:
-        con.register(f"_{name}_schema", table_schema(name).empty_table())
-        source = f"SELECT * FROM _{name}_schema"
-        files = parquet_files(results, name)
-        if files:
-            listed = ", ".join(_sql_text(str(f)) for f in files)
-            source += (
-                f" UNION ALL BY NAME SELECT * FROM read_parquet([{listed}], hive_partitioning = true,"
-                " hive_types = {'run_id': 'VARCHAR'}, union_by_name = true)"
-            )
-        con.sql(f"CREATE VIEW {name} AS {source}")
+        con.register(f"_{name}", _dataset(results, name))
+        con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name}")
+    _lock(con)
     return con
+
+
+# Set in this order once the views exist, then locked. Extensions: a query that needs one not
+# loaded (httpfs for a URL) fails rather than fetch it. No temporary directory: DuckDB would spill
+# large intermediates into `.tmp` in the working directory. External access off, with no path
+# allowed (allowed_paths and allowed_directories stay empty): no statement opens a file, so COPY,
+# ATTACH and EXPORT have nowhere to write, and no Python variable is scanned by name. SET after
+# `duckdb.connect`, not given to it: given there, enable_external_access = false leaves the
+# in-memory database's own names (":memory:", ":memory:.wal") writable in the working directory.
+_LOCK = (
+    "autoinstall_known_extensions = false",
+    "autoload_known_extensions = false",
+    "temp_directory = ''",
+    "enable_external_access = false",
+    "lock_configuration = true",
+)
+
+
+def _lock(con: duckdb.DuckDBPyConnection) -> None:
+    """From here on the connection opens no file and its settings stay as they are."""
+    for setting in _LOCK:
+        con.execute(f"SET {setting}")
 
 
 def sql_error_line(exc: duckdb.Error) -> str:
@@ -76,11 +103,26 @@ def sql_error_line(exc: duckdb.Error) -> str:
     missing = re.search(r"Table with name (\S+) does not exist", message)
     if missing:
         return f"unknown table {missing.group(1)}; the tables are {', '.join(TABLES)}"
+    if isinstance(exc, duckdb.PermissionException):
+        return f"{message} (a query reads the views {', '.join(TABLES)} and no file)"
     return message
 
 
+def check_statement(con: duckdb.DuckDBPyConnection, sql: str) -> None:
+    """Refuse anything but exactly one statement, as DuckDB's own parser splits them."""
+    try:
+        statements = con.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise UsageError(sql_error_line(exc)) from None
+    if not statements:  # empty, blank or only comments
+        raise UsageError('the query holds no SQL statement: give one, such as "SELECT * FROM runs"')
+    if len(statements) > 1:
+        raise UsageError(f"harness query runs one SQL statement at a time; this query holds {len(statements)}")
+
+
 def run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> pa.Table:
-    """Run one user statement and return its rows; a bad statement is a UsageError."""
+    """Run one user statement and return its rows; a refused or bad statement is a UsageError."""
+    check_statement(con, sql)
     try:
         relation = con.sql(sql)
         return relation.to_arrow_table() if relation is not None else pa.table({})
