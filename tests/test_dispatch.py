@@ -1,0 +1,122 @@
+"""Each kind of work is sent where it belongs, shared results are computed once, and every
+ObjectRef is let go once the last unit that reads it is judged: with stand-in actors, no Ray."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness.policies import load_policy
+from harness.run.dispatch import Role, SharedRefs, submit
+from harness.run.options import SweepConfig
+from harness.run.place import Placement
+from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, plan_inputs, plan_units
+from tests.helpers import REPO
+
+
+class _Method:
+    """`actor.method.remote(*args)` returns a token naming the call, and counts it."""
+
+    def __init__(self, calls: Counter[tuple[Any, ...]], actor: str, name: str) -> None:
+        self.calls, self.actor, self.name = calls, actor, name
+
+    def remote(self, *args: Any) -> tuple[Any, ...]:
+        key = (self.actor, self.name, *(a if isinstance(a, (str, int, bool)) else type(a).__name__ for a in args))
+        self.calls[key] += 1
+        return key
+
+
+class _Actor:
+    def __init__(self, calls: Counter[tuple[Any, ...]], name: str) -> None:
+        self.calls, self.name = calls, name
+
+    def __getattr__(self, method: str) -> _Method:
+        return _Method(self.calls, self.name, method)
+
+
+def _placement(cards: int) -> tuple[Placement, Counter[tuple[Any, ...]]]:
+    calls: Counter[tuple[Any, ...]] = Counter()
+    actors: list[Any] = [_Actor(calls, f"card{i}") for i in range(cards)]
+    return Placement(group=None, cards=actors, reference=_Actor(calls, "reference"), resource="NPU"), calls
+
+
+def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_released() -> None:
+    policies = {"cartpole": load_policy("cartpole")}
+    config = SweepConfig(policies=["cartpole"], dtypes=["float32", "bfloat16"], batch_sizes=[1, 64], episodes=2)
+    inputs = {"cartpole": plan_inputs(config, policies["cartpole"])}
+    units = plan_units(config, policies, inputs, {"float32": "float32", "bfloat16": "bfloat16"})
+    placement, calls = _placement(cards=2)
+    shared = SharedRefs()
+    jobs = [submit(placement, unit, shared) for unit in units]
+    by_kind = Counter(type(u.work).__name__ for u in units)
+    assert set(by_kind) == {"BatchWork", "InvarianceWork", "EpisodeWork"}
+    for job in jobs:
+        match job.unit.work:
+            case BatchWork():
+                assert len(job.cards) == 2 and set(job.references) == {Role.GOLDEN, Role.FLOAT32, Role.SAME}
+            case InvarianceWork():
+                assert len(job.cards) == 2 and len(job.inside) == 2 and not job.references
+            case EpisodeWork():
+                assert len(job.cards) == 2 and set(job.references) == {Role.FLOAT32}
+            case LoaderWork():
+                raise AssertionError("cartpole is no ONNX policy")
+    # The golden and float32 of a batch are computed once for both dtypes; each card runs each
+    # batch once per dtype, its invariance units reading that same run.
+    n_batches = by_kind["BatchWork"] // 2
+    golden = [k for k in calls if k[:3] == ("reference", "run_batch", "cartpole") and k[3] == "float64"]
+    assert len(golden) == 1 and calls[golden[0]] == n_batches
+    card_batches = sum(n for k, n in calls.items() if k[:2] == ("card0", "run_batch"))
+    assert card_batches == by_kind["BatchWork"] + by_kind["InvarianceWork"]  # the batch runs, and the rows alone
+    assert len(shared) > 0
+    for job in jobs:
+        shared.release(job.shared)
+    assert len(shared) == 0, "every shared ref is dropped after its last reader"
+
+
+NEW_WORK = (
+    "harness/run/plan.py",
+    "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork",
+    "@dataclass(frozen=True)\nclass NewWork:\n    name: str = 'new'\n    input_sha256: str = ''\n\n\n"
+    "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | NewWork",
+    "harness/run/dispatch.py",
+    2,  # submit and judge
+)
+NEW_CHECK = (
+    "harness/judge/kinds.py",
+    '    ERROR = "error"',
+    '    ERROR = "error"\n    NEW = "new"',
+    "harness/report/summary.py",
+    1,  # the measured/limit of a row
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("edited", "old", "new", "checked", "misses"), [NEW_WORK, NEW_CHECK], ids=["work", "check"])
+def test_a_kind_added_in_one_place_and_forgotten_in_another_fails_mypy(
+    tmp_path: Path, edited: str, old: str, new: str, checked: str, misses: int
+) -> None:
+    """Add a kind of work or of check and nothing else: the type checker names every dispatch
+    that misses it."""
+    pytest.importorskip("mypy")
+    copy = tmp_path / "repo"
+    shutil.copytree(REPO / "harness", copy / "harness", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
+    path = copy / edited
+    assert old in path.read_text()
+    path.write_text(path.read_text().replace(old, new))
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-incremental", checked],
+        cwd=copy,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 1, proc.stdout
+    missed = [line for line in proc.stdout.splitlines() if line.startswith(checked) and "assert_never" in line]
+    assert len(missed) == misses, proc.stdout
