@@ -48,7 +48,7 @@ def test_a_subcommand_that_fails_to_import_fails_the_command_line(monkeypatch: p
 def test_help_shows_every_default(command: str) -> None:
     text = " ".join(cli(command, "--help").stdout.split())
     assert "--policy NAME_OR_PATH" in text and "(default: cartpole huggy-arch)" in text
-    assert "(default: auto)" in text and "(default: results)" in text and "(default: 0)" in text
+    assert "(default: auto)" in text and "(default: results)" in text and "(default: 0; 0 to 4294967295)" in text
     if command == "sweep":
         assert "(default: float32,float16,bfloat16)" in text and "(default: 1,8,4096)" in text and "(default: 4)" in text
     else:
@@ -71,11 +71,11 @@ def test_info_json() -> None:
     [
         (["--policy", "cartpol"], "unknown policy 'cartpol': did you mean 'cartpole'? available: cartpole, huggy-arch"),
         (["--policy", "/nope/model.zip"], "/nope/model.zip: no such file"),
-        (["--dtypes", "float8"], "unknown ['float8']"),
+        (["--dtypes", "float8"], "--dtypes 'float8' is not one of float32, float16, bfloat16"),
         (["--accelerator", "tpu"], "--accelerator 'tpu' is not one of auto, npu, cuda, cpu"),
         (["--inject-fault", "card1:melt"], "--inject-fault 'card1:melt': expected card<N>:<kind>"),
         (["--batch-sizes", "1,x"], "'1,x' is not a comma-separated list of int"),
-        (["--cards", "0"], "--cards 0: need at least 1"),
+        (["--cards", "0"], "--cards 0: must be at least 1"),
         (["--cards", "two"], "--cards 'two' is not an int"),
         (["--config", "/nope.toml"], "/nope.toml: no such config file"),
         (["--precision", "fast"], "--precision 'fast' is not one of strict, device-default"),
@@ -281,3 +281,29 @@ def test_info_lists_each_card_and_the_settings_it_starts_with(monkeypatch: pytes
     out = cli("info").stdout
     assert "npu                available: 2 card(s): Ascend910B3, Ascend910B3" in out
     assert "cann = 8.1.RC1" in out and "torch_npu.npu.is_jit_compile_false() = True" in out and "auto picks         npu" in out
+
+
+def test_each_option_s_choices_and_bounds_are_declared_once_and_hold_for_flags_and_toml(tmp_path: Path) -> None:
+    """The flag, the TOML key and --help all read a field's choices and bounds from its metadata."""
+    import dataclasses
+
+    from harness.run.options import meta_of
+
+    checked = 0
+    for config_type, command in ((SweepConfig, "sweep"), (BenchConfig, "bench")):
+        help_text = " ".join(cli(command, "--help").stdout.split())
+        for f in dataclasses.fields(config_type):
+            meta = meta_of(f)
+            allowed = meta.allowed()
+            if allowed is None or meta.kind != "value":
+                continue
+            assert all(choice in help_text for choice in allowed), (meta.flag, allowed)
+            config = tmp_path / f"{command}-{f.name}.toml"
+            config.write_text(f'{f.name} = "no-such-choice"\n')
+            proc = cli(command, "--config", str(config), "--results", str(tmp_path / "r"))
+            assert_usage_error(proc, f"{meta.flag} 'no-such-choice' is not one of {', '.join(allowed)}")
+            checked += 1
+        config = tmp_path / f"{command}-threads.toml"
+        config.write_text("threads = 0\n")
+        assert_usage_error(cli(command, "--config", str(config)), "--threads 0: must be at least 1")
+    assert checked >= 6

@@ -114,8 +114,8 @@ def test_results_on_a_read_only_mount_is_exit_2_before_ray_starts(tmp_path: Path
         (["--episodes", "100000000"], "the plan needs about"),
         (["--batch-sizes", "65536", "--max-memory", "0.01"], "more than --max-memory 0.01 GiB"),
         (["--cards", "1000"], "--cards 1000: 1000 simulated cards"),
-        (["--seed=-1"], "--seed -1: must be from 0 to 4294967295"),
-        (["--seed", "99999999999999999999"], "--seed 99999999999999999999: must be from 0"),
+        (["--seed=-1"], "--seed -1: must be at least 0 (from 0 to 4294967295)"),
+        (["--seed", "99999999999999999999"], "--seed 99999999999999999999: must be at most 4294967295"),
         (["--max-memory", "0"], "--max-memory 0.0: must be more than 0"),
         (["--policy", "hf://owner/name/sub/../model.zip"], "no '.', '..' or empty parts"),
         (["--policy", "hf://own er/name"], "owner and name are letters"),
@@ -136,7 +136,7 @@ def test_a_seed_too_large_in_the_config_file_is_exit_2(tmp_path: Path) -> None:
     config = tmp_path / "sweep.toml"
     config.write_text("seed = 99999999999999999999\n")
     proc = cli("sweep", *QUICK, "--config", str(config), "--results", str(tmp_path / "r"))
-    assert_usage_error(proc, "must be from 0 to 4294967295")
+    assert_usage_error(proc, "--seed 99999999999999999999: must be at most 4294967295")
 
 
 def test_a_config_that_is_a_fifo_or_a_device_is_refused_without_reading_it(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import json
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,6 +26,7 @@ from harness.store.paths import check_results_folder, check_run_id
 
 if TYPE_CHECKING:
     from harness.judge.compare import Tolerance
+    from harness.policies.base import ActionKind
     from harness.judge.golden import RatioLimits
 
 DEFAULT_POLICIES = ("cartpole", "huggy-arch")
@@ -40,25 +42,111 @@ MAX_CONFIG_BYTES = 1024 * 1024
 Config = TypeVar("Config", bound="CommonOptions")
 
 
-def option(flag: str, help: str, default: Any, kind: str = "value", type: type = str, metavar: str | None = None) -> Any:
-    """A dataclass field that is also a command-line flag and a TOML key.
+Choices = tuple[str, ...] | Callable[[], tuple[str, ...]]
+"""The values an option takes: a tuple, or a function returning one where the names belong to a
+module too heavy for `harness --help` to import (the accelerators)."""
+
+
+@dataclass(frozen=True)
+class Meta:
+    """What makes a config field an option: its flag, help, how it is parsed (`kind`, `type`)
+    and what values it takes. The command line, the TOML file, `--help` and the checks of
+    `validate` all read it, so a choice or a bound is written once.
 
     kind: "value" (one value of `type`), "csv" (a comma-separated list of `type`), "append" (a
     repeatable flag collecting a list), "off" / "on" (a switch that sets the field to False /
-    True), "table" (a TOML table of strings, no flag).
+    True), "table" (a TOML table of strings, no flag). Bounds apply to each number of a list.
     """
-    meta = {"flag": flag, "help": help, "kind": kind, "type": type, "metavar": metavar}
+
+    flag: str
+    help: str
+    kind: str = "value"
+    type: type = str
+    metavar: str | None = None
+    choices: Choices | None = None
+    at_least: float | None = None
+    above: float | None = None
+    at_most: float | None = None
+    nonempty: bool = False
+
+    def allowed(self) -> tuple[str, ...] | None:
+        return self.choices() if callable(self.choices) else self.choices
+
+    def shown_metavar(self) -> str | None:
+        allowed = self.allowed()
+        if self.metavar is not None or not allowed:
+            return self.metavar
+        return "{" + ",".join(allowed) + "}" + (",..." if self.kind == "csv" else "")
+
+    def check(self, value: Any) -> None:
+        """UsageError naming the flag, the value and what it may be, for a value outside the
+        choices or the bounds; None (an unset optional value) is always fine."""
+        if value is None:
+            return
+        values = value if isinstance(value, list) else [value]
+        if self.nonempty and not values:
+            raise UsageError(f"{self.flag}: give at least one value")
+        allowed = self.allowed()
+        for v in values:
+            if allowed is not None and v not in allowed:
+                raise UsageError(f"{self.flag} {v!r} is not one of {', '.join(allowed)}")
+            if self.at_least is not None and v < self.at_least:
+                raise UsageError(f"{self.flag} {v}: must be at least {self.at_least}{self._range()}")
+            if self.above is not None and not v > self.above:
+                raise UsageError(f"{self.flag} {v}: must be more than {self.above}{self._range()}")
+            if self.at_most is not None and v > self.at_most:
+                raise UsageError(f"{self.flag} {v}: must be at most {self.at_most}{self._range()}")
+
+    def range_text(self) -> str:
+        """"LOW to HIGH" for a number bounded on both sides, else ""."""
+        low = self.at_least if self.at_least is not None else self.above
+        return f"{low} to {self.at_most}" if low is not None and self.at_most is not None else ""
+
+    def _range(self) -> str:
+        return f" (from {self.range_text()})" if self.range_text() else ""
+
+
+def option(flag: str, help: str, default: Any, kind: str = "value", type: type = str, **meta: Any) -> Any:
+    """A dataclass field that is also a command-line flag and a TOML key (see `Meta`)."""
+    metadata = {"option": Meta(flag, help, kind, type, **meta)}
     if isinstance(default, (list, tuple)):
-        return field(default_factory=lambda: list(default), metadata=meta)
+        return field(default_factory=lambda: list(default), metadata=metadata)
     if isinstance(default, dict):
-        return field(default_factory=lambda: dict(default), metadata=meta)
-    return field(default=default, metadata=meta)
+        return field(default_factory=lambda: dict(default), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def meta_of(f: dataclasses.Field[Any]) -> Meta:
+    meta: Meta = f.metadata["option"]
+    return meta
 
 
 def redefault(base: type, name: str, default: Any) -> Any:
     """`base`'s option `name` with another default: one declaration, a per-command default."""
-    meta = {f.name: f for f in dataclasses.fields(base)}[name].metadata
-    return option(meta["flag"], meta["help"], default, meta["kind"], meta["type"], meta["metavar"])
+    meta = meta_of({f.name: f for f in dataclasses.fields(base)}[name])
+    return option(
+        **{k: getattr(meta, k) for k in ("flag", "help", "kind", "type")},
+        default=default,
+        **{k: getattr(meta, k) for k in ("metavar", "choices", "at_least", "above", "at_most", "nonempty")},
+    )
+
+
+def _accelerators() -> tuple[str, ...]:
+    from harness.devices import ACCELERATORS
+
+    return tuple(ACCELERATORS)
+
+
+def _precisions() -> tuple[str, ...]:
+    from harness.devices import PRECISIONS
+
+    return tuple(PRECISIONS)
+
+
+def _env_impls() -> tuple[str, ...]:
+    from harness.envs.cartpole import IMPLS
+
+    return ("auto", *IMPLS)
 
 
 @dataclass
@@ -71,19 +159,35 @@ class CommonOptions:
         DEFAULT_POLICIES,
         "append",
         metavar="NAME_OR_PATH",
+        nonempty=True,
     )
     accelerator: str = option(
-        "--accelerator", "auto picks npu, then cuda, then simulated cpu cards", "auto", metavar="{auto,npu,cuda,cpu}"
+        "--accelerator",
+        "auto picks npu, then cuda, then simulated cpu cards",
+        "auto",
+        choices=_accelerators,
+        metavar="{auto,npu,cuda,cpu}",
     )
     cards: int | None = option(
-        "--cards", "number of cards (default: all the cluster has; 2 simulated on cpu)", None, type=int, metavar="N"
+        "--cards",
+        "number of cards (default: all the cluster has; 2 simulated on cpu)",
+        None,
+        type=int,
+        metavar="N",
+        at_least=1,
     )
     dtypes: list[str] = option(
-        "--dtypes", "comma-separated dtypes of the card forward", CARD_DTYPES, "csv", metavar="DTYPE,DTYPE"
+        "--dtypes", "comma-separated dtypes of the card forward", CARD_DTYPES, "csv", choices=CARD_DTYPES, nonempty=True
     )
-    batch_sizes: list[int] = option("--batch-sizes", "comma-separated batch sizes", [1, 8, 4096], "csv", int, metavar="N,N")
-    seed: int = option("--seed", f"seed of every batch, noise draw and episode, 0 to {MAX_SEED}", 0, type=int, metavar="N")
-    threads: int = option("--threads", "torch threads in each actor (bitwise results depend on it)", 1, type=int, metavar="N")
+    batch_sizes: list[int] = option(
+        "--batch-sizes", "comma-separated batch sizes", [1, 8, 4096], "csv", int, metavar="N,N", at_least=1, nonempty=True
+    )
+    seed: int = option(
+        "--seed", "seed of every batch, noise draw and episode", 0, type=int, metavar="N", at_least=0, at_most=MAX_SEED
+    )
+    threads: int = option(
+        "--threads", "torch threads in each actor (bitwise results depend on it)", 1, type=int, metavar="N", at_least=1
+    )
     results: str = option("--results", "folder of the Parquet datasets", "results", metavar="DIR")
     run_id: str | None = option("--run-id", "name of this run (default: time and random suffix)", None, metavar="ID")
     address: str | None = option(
@@ -97,11 +201,13 @@ class CommonOptions:
         None,
         type=float,
         metavar="GIB",
+        above=0,
     )
     precision: str = option(
         "--precision",
         "strict: TF32/HF32 and reduced-precision reductions off on every card; device-default: as the card comes",
         "strict",
+        choices=_precisions,
         metavar="{strict,device-default}",
     )
     env: str | None = option(
@@ -117,11 +223,11 @@ class CommonOptions:
         {},
         "table",
     )
-    action_kind: str | None = option(
+    action_kind: ActionKind | None = option(
         "--action-kind",
         "for an ONNX graph that cannot say: its head is discrete logits or continuous actions",
         None,
-        metavar="{discrete,continuous}",
+        choices=ACTION_KINDS,
     )
     onnx_output: str | None = option(
         "--onnx-output",
@@ -144,12 +250,13 @@ class SweepConfig(CommonOptions):
         4,
         type=int,
         metavar="N",
+        at_least=0,
     )
     episode_batching: str = option(
         "--episode-batching",
         "lockstep: a unit's episodes step together, one batched forward per step; single: batch 1, as a deployed agent runs",
         "lockstep",
-        metavar="{lockstep,single}",
+        choices=EPISODE_BATCHINGS,
     )
     tolerance: list[str] = option(
         "--tolerance",
@@ -180,9 +287,7 @@ class SweepConfig(CommonOptions):
         "append",
         metavar="SPEC",
     )
-    placement: str = option(
-        "--placement", "placement group strategy: " + ", ".join(PLACEMENT_STRATEGIES), "PACK", metavar="STRATEGY"
-    )
+    placement: str = option("--placement", "placement group strategy", "PACK", choices=PLACEMENT_STRATEGIES)
     resume: str | None = option(
         "--resume", "run id of an interrupted sweep: run only its missing units", None, metavar="RUN_ID"
     )
@@ -201,6 +306,8 @@ class BenchConfig(CommonOptions):
         "csv",
         int,
         metavar="K,K",
+        at_least=1,
+        nonempty=True,
     )
     duration: float = option(
         "--duration",
@@ -208,50 +315,54 @@ class BenchConfig(CommonOptions):
         0.2,
         type=float,
         metavar="S",
+        above=0,
     )
     env_impl: str = option(
         "--env-impl",
         "closed-loop environments: auto (the numpy seals/CartPole-v0, bit-identical to seals, where it applies; "
         "gymnasium otherwise), numpy or gymnasium",
         "auto",
-        metavar="{auto,numpy,gymnasium}",
+        choices=_env_impls,
     )
 
 
 def add_arguments(parser: argparse.ArgumentParser, config_type: type[CommonOptions]) -> None:
     """A flag per field, its default in the help; unset flags stay out of the namespace (SUPPRESS),
     so the TOML file can fill them."""
-    tables = [f.name for f in dataclasses.fields(config_type) if f.metadata["kind"] == "table"]
+    tables = [f.name for f in dataclasses.fields(config_type) if meta_of(f).kind == "table"]
     parser.add_argument(
         "--config",
         metavar="FILE",
         help=f"TOML file with any of the options below, by field name (flags win), and the tables {', '.join(tables)}",
     )
     for f in dataclasses.fields(config_type):
-        meta = f.metadata
-        if meta["kind"] == "table":
+        meta = meta_of(f)
+        if meta.kind == "table":
             continue
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         kwargs: dict[str, Any] = {
             "dest": f.name,
-            "help": f"{meta['help']}{_default_text(meta['kind'], default)}",
+            "help": f"{meta.help}{_default_text(meta, default)}",
             "default": argparse.SUPPRESS,
         }
-        if meta["kind"] in ("off", "on"):
-            kwargs["action"] = "store_false" if meta["kind"] == "off" else "store_true"
+        if meta.kind in ("off", "on"):
+            kwargs["action"] = "store_false" if meta.kind == "off" else "store_true"
         else:
-            kwargs["metavar"] = meta["metavar"]
-            kwargs["action"] = "append" if meta["kind"] == "append" else "store"
-        parser.add_argument(meta["flag"], **kwargs)
+            kwargs["metavar"] = meta.shown_metavar()
+            kwargs["action"] = "append" if meta.kind == "append" else "store"
+        parser.add_argument(meta.flag, **kwargs)
 
 
-def _default_text(kind: str, default: Any) -> str:
-    if kind in ("off", "on") or default is None:
+def _default_text(meta: Meta, default: Any) -> str:
+    """The default, and the range of a bounded number, as the help text ends."""
+    if meta.kind in ("off", "on") or default is None:
         return ""
-    if kind in ("csv", "append"):
-        shown = (",".join if kind == "csv" else " ".join)(map(str, default)) or "none"
+    if meta.kind in ("csv", "append"):
+        shown = (",".join if meta.kind == "csv" else " ".join)(map(str, default)) or "none"
     else:
         shown = str(default)
+    if meta.range_text() and meta.kind == "value":
+        shown += f"; {meta.range_text()}"
     return f" (default: {shown})"
 
 
@@ -266,11 +377,11 @@ def config_from_args(args: argparse.Namespace, config_type: type[Config]) -> Con
 
 
 def _from_flag(f: dataclasses.Field[Any], raw: Any) -> Any:
-    kind, type_ = f.metadata["kind"], f.metadata["type"]
-    if kind == "csv":
-        return split_csv(raw, type_)
-    if kind == "value" and type_ is not str:
-        return _scalar(f.metadata["flag"], raw, type_)
+    meta = meta_of(f)
+    if meta.kind == "csv":
+        return split_csv(raw, meta.type)
+    if meta.kind == "value" and meta.type is not str:
+        return _scalar(meta.flag, raw, meta.type)
     return raw
 
 
@@ -288,7 +399,7 @@ def read_toml(path: Path, config_type: type[CommonOptions]) -> dict[str, Any]:
 
 def _from_toml(path: Path, f: dataclasses.Field[Any], value: Any) -> Any:
     """A TOML value of the field's type; a list where the flag takes a list (or a comma string)."""
-    kind, type_ = f.metadata["kind"], f.metadata["type"]
+    kind, type_ = meta_of(f).kind, meta_of(f).type
     if kind in ("csv", "append"):
         if isinstance(value, str) and kind == "csv":
             return split_csv(value, type_)
@@ -333,36 +444,13 @@ def _csv(values: list[Any]) -> str:
 
 
 def validate(config: Config) -> Config:
-    """Reject bad values up front, with the bad value and a valid example."""
-    from harness.devices import ACCELERATORS
-    from harness.policies.base import DTYPES
-
-    if not config.policies:
-        raise UsageError("no policy given; e.g. --policy cartpole")
-    if config.accelerator not in ACCELERATORS:
-        raise UsageError(f"--accelerator {config.accelerator!r} is not one of {', '.join(ACCELERATORS)}")
-    if config.cards is not None and config.cards < 1:
-        raise UsageError(f"--cards {config.cards}: need at least 1")
-    bad = [d for d in config.dtypes if d not in DTYPES]
-    if bad or not config.dtypes:
-        raise UsageError(f"--dtypes {_csv(config.dtypes)!r}: unknown {bad}; e.g. --dtypes float32,bfloat16")
-    if not config.batch_sizes or min(config.batch_sizes) < 1:
-        raise UsageError(f"--batch-sizes {_csv(config.batch_sizes)!r}: sizes must be 1 or more, e.g. 1,8,4096")
-    if config.threads < 1:
-        raise UsageError(f"--threads {config.threads}: need at least 1")
-    if not 0 <= config.seed <= MAX_SEED:
-        raise UsageError(f"--seed {config.seed}: must be from 0 to {MAX_SEED}")
+    """Reject bad values up front, with the bad value and what it may be: first each option by
+    its own choices and bounds, then what options say about each other."""
+    for f in dataclasses.fields(config):
+        meta_of(f).check(getattr(config, f.name))
     check_results_folder(Path(config.results))
     if config.run_id is not None:
         check_run_id(config.run_id)
-    if config.max_memory_gib is not None and not config.max_memory_gib > 0:
-        raise UsageError(f"--max-memory {config.max_memory_gib}: must be more than 0 GiB, e.g. --max-memory 8")
-    from harness.devices import PRECISIONS
-
-    if config.precision not in PRECISIONS:
-        raise UsageError(f"--precision {config.precision!r} is not one of {', '.join(PRECISIONS)}")
-    if config.action_kind is not None and config.action_kind not in ACTION_KINDS:
-        raise UsageError(f"--action-kind {config.action_kind!r} is not one of {', '.join(ACTION_KINDS)}")
     unmapped = sorted(set(config.envs) - set(config.policies))
     if unmapped:
         raise UsageError(f"envs names {', '.join(unmapped)}, not among the policies ({', '.join(config.policies)})")
@@ -376,30 +464,16 @@ def validate(config: Config) -> Config:
 def _validate_sweep(config: SweepConfig) -> None:
     from harness.inference.faults import parse_faults
 
-    if config.episodes < 0:
-        raise UsageError(f"--episodes {config.episodes}: must be 0 or more")
     if config.resume is not None:
         check_run_id(config.resume, "--resume")
-    if config.placement not in PLACEMENT_STRATEGIES:
-        raise UsageError(f"--placement {config.placement!r} is not one of {', '.join(PLACEMENT_STRATEGIES)}")
-    if config.episode_batching not in EPISODE_BATCHINGS:
-        raise UsageError(f"--episode-batching {config.episode_batching!r} is not one of {', '.join(EPISODE_BATCHINGS)}")
     parse_faults(config.inject_fault)
     parse_tolerances(config.tolerance)
     ratio_limits(config)
 
 
 def _validate_bench(config: BenchConfig) -> None:
-    from harness.envs.cartpole import IMPLS
-
-    if config.card_counts is not None and (not config.card_counts or min(config.card_counts) < 1):
-        raise UsageError(f"--card-counts {_csv(config.card_counts)!r}: card counts must be 1 or more, e.g. --card-counts 1,2")
     if config.cards is not None and config.card_counts and max(config.card_counts) > config.cards:
         raise UsageError(f"--card-counts {_csv(config.card_counts)!r}: more than --cards {config.cards}")
-    if not config.duration > 0:
-        raise UsageError(f"--duration {config.duration}: must be more than 0 seconds, e.g. --duration 0.5")
-    if config.env_impl not in ("auto", *IMPLS):
-        raise UsageError(f"--env-impl {config.env_impl!r} is not one of auto, {', '.join(IMPLS)}")
 
 
 def parse_tolerances(specs: list[str]) -> dict[str, Tolerance]:
