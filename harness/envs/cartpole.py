@@ -18,6 +18,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from gymnasium.utils import seeding
 
 from harness.envs.protocol import Step
 
@@ -53,8 +54,6 @@ class VecCartPole:
         self.steps = HORIZON  # stepping needs a reset first
 
     def reset(self, seeds: Sequence[int] | None = None) -> np.ndarray:
-        from gymnasium.utils import seeding
-
         if seeds is not None and len(seeds) != self.n_envs:
             raise ValueError(f"{len(seeds)} seeds for {self.n_envs} environments")
         for i in range(self.n_envs):

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import gymnasium as gym
 import numpy as np
+import seals  # noqa: F401  (registers seals/* environments)
+from gymnasium.spaces import flatten
 
 from harness.envs.cartpole import ENV_ID as CARTPOLE_ID
 from harness.envs.cartpole import IMPLS, VecCartPole
@@ -27,9 +30,6 @@ class GymEnvs:
     """
 
     def __init__(self, env_id: str, n_envs: int) -> None:
-        import gymnasium as gym
-        import seals  # noqa: F401  (registers seals/* environments)
-
         self.env_id = env_id
         self.n_envs = n_envs
         self.envs = [gym.make(env_id) for _ in range(n_envs)]
@@ -65,8 +65,6 @@ class GymEnvs:
             env.close()
 
     def _flat(self, obs: object) -> np.ndarray:
-        from gymnasium.spaces import flatten
-
         return np.asarray(flatten(self._obs_space, obs))
 
 

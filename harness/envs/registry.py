@@ -10,29 +10,24 @@ from __future__ import annotations
 import difflib
 import functools
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+import gymnasium as gym
 import numpy as np
+import seals  # noqa: F401  (registers seals/* environments)
+from gymnasium.spaces import Box, Discrete, Space, flatdim
 
 from harness.errors import UsageError, first_line
 from harness.policies.base import PolicyInfo
 
-if TYPE_CHECKING:
-    from gymnasium import Space
-
 
 def registered_ids() -> list[str]:
-    import gymnasium as gym
-    import seals  # noqa: F401  (registers seals/* environments)
-
     return sorted(gym.registry)
 
 
 @functools.cache
 def env_spaces(env_id: str) -> tuple[Space[Any], Space[Any]]:
     """(observation space, action space) of `env_id`, read from one environment made for it."""
-    import gymnasium as gym
-
     ids = registered_ids()
     if env_id not in ids:
         close = difflib.get_close_matches(env_id, ids, n=3)
@@ -54,8 +49,6 @@ def env_spaces(env_id: str) -> tuple[Space[Any], Space[Any]]:
 def max_episode_steps(env_id: str) -> int | None:
     """The environment's own step limit, read from the registry (no environment is made); None
     where it sets none or the id is unknown."""
-    import gymnasium as gym
-
     if env_id not in registered_ids():
         return None
     return gym.spec(env_id).max_episode_steps
@@ -63,8 +56,6 @@ def max_episode_steps(env_id: str) -> int | None:
 
 def check_env(env_id: str, info: PolicyInfo) -> None:
     """Refuse (UsageError) an unregistered id, or an environment whose spaces are not the policy's."""
-    from gymnasium.spaces import Box, Discrete, flatdim
-
     obs_space, action_space = env_spaces(env_id)
     problems = []
     if flatdim(obs_space) != info.obs_size:
@@ -81,8 +72,6 @@ def check_env(env_id: str, info: PolicyInfo) -> None:
 
 def action_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) of a Box action space, in its dtype: SB3 clips continuous actions to these."""
-    from gymnasium.spaces import Box
-
     space = env_spaces(env_id)[1]
     if not isinstance(space, Box):
         raise ValueError(f"{env_id} has {_describe(space)} actions, not a Box")
@@ -90,8 +79,6 @@ def action_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _describe(space: Space[Any]) -> str:
-    from gymnasium.spaces import Box, Discrete
-
     if isinstance(space, Discrete):
         return f"Discrete({space.n})" if space.start == 0 else f"Discrete({space.n}, start={space.start})"
     if isinstance(space, Box):

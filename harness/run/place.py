@@ -17,6 +17,9 @@ import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from actors.bench_actor import BenchActor
+from actors.policy_actor import PolicyActor
+from actors.reference_actor import ReferenceActor
 from harness.devices import RAY_RESOURCE, Kind
 from harness.errors import UsageError, first_line
 from harness.inference.faults import Fault, env_vars
@@ -150,9 +153,6 @@ def place_sweep(
     crash_dir: Path,
 ) -> Placement:
     """A PolicyActor per card, each with its own faults, and the CPU ReferenceActor."""
-    from actors.policy_actor import PolicyActor
-    from actors.reference_actor import ReferenceActor
-
     group = reserve(kind, n_cards, strategy, cpu_bundle=True)
     cards = []
     for position in range(n_cards):
@@ -178,8 +178,6 @@ def place_bench(
 ) -> list[BenchCard]:
     """A BenchActor per card, one bundle each (a bench judges nothing: no CPU reference). The
     placement group lives until Ray shuts down."""
-    from actors.bench_actor import BenchActor
-
     group = reserve(kind, n_cards, "PACK", cpu_bundle=False)
     actors = [
         ray.remote(BenchActor)

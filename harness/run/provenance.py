@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import platform
 import subprocess
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
+
+import ray
+import torch
 
 from harness import __version__
 from harness.policies import PolicyNet
@@ -18,9 +21,7 @@ def now() -> str:
 
 
 def torch_version() -> str:
-    import torch
-
-    return torch.__version__
+    return str(torch.__version__)
 
 
 def git_revision() -> str:
@@ -48,8 +49,6 @@ def new_run_row(
     summary: str = "",
 ) -> RunRow:
     """A `runs` row with everything that says which code, versions and bytes produced the run."""
-    import ray
-
     return RunRow(
         started_at=started_at,
         finished_at=None,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from tqdm import tqdm
 
 from harness.devices import resolve_accelerator
 from harness.dtypes import reduced_label
@@ -167,8 +168,6 @@ def _fan_out_and_judge(
 ) -> list[str]:
     """Send every unit to every actor at once, then judge units in order as results arrive; a
     unit's ObjectRefs are let go once it is staged."""
-    from tqdm import tqdm
-
     limits, user_tolerances = ratio_limits(config), parse_tolerances(config.tolerance)
     shared = SharedRefs()
     with phases("fanout"):
