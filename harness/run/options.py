@@ -98,7 +98,7 @@ class Meta:
                 raise UsageError(f"{self.flag} {v}: must be at most {self.at_most}{self._range()}")
 
     def range_text(self) -> str:
-        """ "LOW to HIGH" for a number bounded on both sides, else ""."""
+        """`LOW to HIGH` for a number bounded on both sides, else an empty string."""
         low = self.at_least if self.at_least is not None else self.above
         return f"{low} to {self.at_most}" if low is not None and self.at_most is not None else ""
 
