@@ -213,5 +213,5 @@ def test_oversized_run_file_is_refused(tmp_path: Path, monkeypatch: pytest.Monke
     args = tmp_path / "args.yml"
     args.write_text("env: CartPole-v1\n" + "# padding\n" * 10)
     monkeypatch.setattr(policy_files, "MAX_TEXT_BYTES", 32)
-    with pytest.raises(PolicyLoadError, match=re.escape(f"{args}: is over 32 bytes, too large for a run file")):
+    with pytest.raises(PolicyLoadError, match=re.escape(f"{args}: is over the 32 byte limit for a run file")):
         read_run_file(args)

@@ -7,7 +7,8 @@ Hugging Face SB3 repository has the zip at its root with `README.md` (the model 
 front matter names the environment) and `vec_normalize.pkl` beside it; the local cache snapshot
 keeps that layout, as symlinks, so paths here are never resolved.
 
-A file that is absent says nothing; one that is present but unreadable is a PolicyLoadError.
+A file that is absent says nothing; one that is present but unreadable (a folder or a FIFO of
+that name included) is a PolicyLoadError.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 import yaml
 
 from harness.errors import PolicyLoadError
+from harness.policies.file_bytes import read_start, read_whole
 
 # Run files and model card front matter are a few kilobytes; anything past this is not one.
 MAX_TEXT_BYTES = 1024 * 1024
@@ -70,10 +72,10 @@ _RunFileLoader.add_constructor(ORDERED_DICT_TAG, _ordered_dict)
 def find_env(policy: Path) -> EnvFound | None:
     """The environment the RL Zoo's args.yml or else the model card beside `policy` names."""
     args = rl_zoo_dir(policy) / ZOO_ARGS
-    if args.is_file():
+    if args.exists():
         return EnvFound(_args_env(args), f"RL Zoo {args.relative_to(policy.parent)}")
     card = policy.parent / HF_CARD
-    if card.is_file():
+    if card.exists():
         env = model_card_env(card)
         return EnvFound(env, f"model card {HF_CARD}") if env is not None else None
     return None
@@ -82,7 +84,7 @@ def find_env(policy: Path) -> EnvFound | None:
 def find_vecnormalize(policy: Path) -> Path | None:
     """The VecNormalize statistics saved with `policy`: RL Zoo run folder first, then HF layout."""
     for stats in (rl_zoo_dir(policy) / ZOO_VECNORMALIZE, policy.parent / HF_VECNORMALIZE):
-        if stats.is_file():
+        if stats.exists():
             return stats
     return None
 
@@ -105,7 +107,7 @@ def _args_env(args: Path) -> str:
 
 def read_run_file(path: Path) -> dict[str, Any]:
     """An RL Zoo args.yml or config.yml as a dict; PolicyLoadError if it is not one."""
-    data = _load_yaml(path, _read_text(path), _RunFileLoader)
+    data = _load_yaml(path, _read_text(path, MAX_TEXT_BYTES, "a run file"), _RunFileLoader)
     if not isinstance(data, dict):
         raise PolicyLoadError(path, f"is YAML but not a mapping ({type(data).__name__})")
     return data
@@ -114,7 +116,7 @@ def read_run_file(path: Path) -> dict[str, Any]:
 def model_card_env(card: Path) -> str | None:
     """The environment a model card's front matter names: `model-index[].results[].dataset.name`,
     else the first tag that looks like an environment id. None when the card names none."""
-    text = _read_text(card, whole=False)
+    text = _read_text(card, MAX_TEXT_BYTES, "a model card", whole=False)
     found = FRONT_MATTER.match(text)
     if found is None:
         return None
@@ -138,20 +140,14 @@ def _dicts(value: Any) -> list[dict[str, Any]]:
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def _read_text(path: Path, whole: bool = True) -> str:
-    """UTF-8 text, at most MAX_TEXT_BYTES of it. `whole=False` (a model card, whose prose may be
+def _read_text(path: Path, limit: int, what: str, whole: bool = True) -> str:
+    """UTF-8 text, at most `limit` bytes of it. `whole=False` (a model card, whose prose may be
     long) reads only that much from the start, which is where the front matter is."""
-    try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_TEXT_BYTES + 1)
-    except OSError as exc:
-        raise PolicyLoadError(path, f"cannot read: {exc.strerror or exc}") from None
-    cut = len(raw) > MAX_TEXT_BYTES
-    if cut and whole:
-        raise PolicyLoadError(path, f"is over {MAX_TEXT_BYTES} bytes, too large for a run file")
+    raw = read_whole(path, limit, what) if whole else read_start(path, limit, what)
+    cut = len(raw) > limit
     try:
         # Not final where the read was cut: a character cut in two there is dropped, not an error.
-        return codecs.getincrementaldecoder("utf-8")().decode(raw[:MAX_TEXT_BYTES], final=not cut)
+        return codecs.getincrementaldecoder("utf-8")().decode(raw[:limit], final=not cut)
     except UnicodeDecodeError as exc:
         raise PolicyLoadError(path, f"is not UTF-8 text (byte {exc.start})") from None
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
-import hashlib
 import io
 import json
 import math
@@ -35,6 +34,7 @@ from torch import nn
 
 from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import ActionKind, PolicyInfo, PolicyNet, mlp
+from harness.policies.file_bytes import read_whole, sha256_of
 from harness.policies.policy_files import find_env, find_vecnormalize
 from harness.policies.vecnormalize import VecNormalizeObs, VecNormalizeStats, read_vecnormalize
 
@@ -141,7 +141,7 @@ def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
         action_kind=action_kind,
         obs_sizes=(obs_size,),
         action_size=action_size,
-        sha256=_sha256(archive.content, applied),
+        sha256=sha256_of(archive.content, applied),
         env_id=env.env_id if env is not None else None,
         env_source=env.source if env is not None else "",
         obs_low=obs_low,
@@ -177,13 +177,6 @@ def _stats_detail(stats: VecNormalizeStats | None) -> str:
     return f", VecNormalize {stats.describe()}" if stats.norm_obs else ", VecNormalize without norm_obs (not applied)"
 
 
-def _sha256(*parts: bytes) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part)
-    return digest.hexdigest()
-
-
 def _shown(value: Any, limit: int = 100) -> str:
     """A value from the file, made safe for a one-line error message."""
     text = " ".join(str(value).split())
@@ -191,18 +184,11 @@ def _shown(value: Any, limit: int = 100) -> str:
 
 
 def _read_archive(path: Path) -> Archive:
-    if not path.is_file():
-        raise PolicyLoadError(path, "no such file")
+    content = read_whole(path, MAX_ZIP_BYTES, "a policy zip")
     try:
-        with path.open("rb") as f:
-            content = f.read(MAX_ZIP_BYTES + 1)
-        if len(content) > MAX_ZIP_BYTES:
-            raise PolicyLoadError(path, f"is over the {MAX_ZIP_BYTES} byte limit for a policy zip")
         zf = zipfile.ZipFile(io.BytesIO(content))
     except zipfile.BadZipFile:
         raise PolicyLoadError(path, "not a zip file (expected a Stable-Baselines3 save)") from None
-    except OSError as exc:
-        raise PolicyLoadError(path, f"cannot read: {exc.strerror or exc}") from None
     with zf:
         names = set(zf.namelist())
         missing = [m for m in ("data", "policy.pth") if m not in names]
