@@ -5,8 +5,12 @@ must refuse."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -415,3 +419,81 @@ def test_onnx2torch_loads_without_torchvision(folder: Path) -> None:
     nms = helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["picked"], name="nms")
     with pytest.raises(ValueError, match="operator NonMaxSuppression \\(node 'nms'\\) needs torchvision"):
         _check_operators(helper.make_graph([nms], "nms", [], []), 17)
+
+
+def save_with_external_data(model: onnx.ModelProto, path: Path, location: str = "weights.bin") -> Path:
+    """`model` saved to `path` with every initializer's data in `location`, beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location, size_threshold=0)
+    return path
+
+
+@contextlib.contextmanager
+def files_opened() -> Iterator[list[str]]:
+    """Every path this process opens meanwhile, by any Python call (the `open` audit event)."""
+    opened: list[str] = []
+    recording = True
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if recording and event == "open":
+            opened.append(str(args[0]))
+
+    sys.addaudithook(hook)
+    try:
+        yield opened
+    finally:
+        recording = False  # an audit hook cannot be removed: this one stops recording
+
+
+def test_external_weights_are_part_of_the_policy_identity(tmp_path: Path) -> None:
+    """Two models whose .onnx files are the same bytes and whose external weights differ are two
+    policies: the sha256 covers the .onnx, then its external data files."""
+    model = onnx.load(tiny_graph("Relu", tmp_path / "relu.onnx"))
+    paths = []
+    for scale in (1.0, 2.0):
+        weight = next(t for t in model.graph.initializer if t.name == "weight")
+        weight.CopyFrom(numpy_helper.from_array(np.full((4, 2), scale, np.float32), "weight"))
+        paths.append(save_with_external_data(model, tmp_path / f"scale-{scale:g}" / "policy.onnx"))
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    policies = [load_policy(PolicySpec(str(path), action_kind="continuous")) for path in paths]
+    for path, policy in zip(paths, policies, strict=True):
+        expected = hashlib.sha256(path.read_bytes() + (path.parent / "weights.bin").read_bytes()).hexdigest()
+        assert policy.info.sha256 == expected
+    assert policies[0].info.sha256 != policies[1].info.sha256
+    (obs,) = observations(4)
+    assert np.array_equal(2 * head_out(policies[0], (obs,)), head_out(policies[1], (obs,)))
+    assert set(onnx_reference(policies[1].info, threads=1).run((obs,))) == {"mu"}  # onnxruntime reads it too
+
+
+@pytest.mark.parametrize("where", ["absolute", "parent"])
+def test_external_data_outside_the_model_folder_is_refused_and_never_opened(where: str, tmp_path: Path) -> None:
+    path = save_with_external_data(onnx.load(tiny_graph("Relu", tmp_path / "relu.onnx")), tmp_path / "model" / "policy.onnx")
+    outside = tmp_path / "outside.bin"
+    (path.parent / "weights.bin").rename(outside)  # the data is there, and readable: only its place is wrong
+    location = str(outside) if where == "absolute" else "../outside.bin"
+    model = onnx.load(path, load_external_data=False)
+    for tensor in model.graph.initializer:
+        next(entry for entry in tensor.external_data if entry.key == "location").value = location
+    onnx.save(model, path)
+    with files_opened() as opened, pytest.raises(PolicyLoadError) as caught:
+        load_policy(PolicySpec(str(path), action_kind="continuous"))
+    problem = f"external data of tensor 'weight' is at {location!r}, outside the model's folder: refused, not opened"
+    assert str(caught.value) == f"{path}: {problem}"
+    assert str(path) in opened and not any(Path(name).name == outside.name for name in opened), opened
+
+
+def test_external_data_that_is_missing_short_or_a_fifo_is_refused(tmp_path: Path) -> None:
+    path = save_with_external_data(onnx.load(tiny_graph("Relu", tmp_path / "relu.onnx")), tmp_path / "model" / "policy.onnx")
+    data = path.parent / "weights.bin"
+    whole = data.read_bytes()
+    spec = PolicySpec(str(path), action_kind="continuous")
+    data.write_bytes(whole[:-4])
+    one_line_refusal(
+        spec, f"external data of tensor 'weight' is bytes 0 to {len(whole)} of weights.bin, which holds {len(whole) - 4}"
+    )
+    data.unlink()
+    with pytest.raises(PolicyLoadError, match=f"^{data}: no such file$"):
+        load_policy(spec)
+    os.mkfifo(data)
+    with pytest.raises(PolicyLoadError, match=re.escape(f"{data}: is not a regular file (a FIFO)")):
+        load_policy(spec)

@@ -28,11 +28,11 @@ def regular_file_size(path: Path, what: str) -> int:
     """The size of regular file `path`; PolicyLoadError for a missing path, a folder, a FIFO, ...
     `what` is what the file should be, for a folder's message: "a policy file"."""
     try:
-        mode = path.stat()
+        mode = os.stat(path)
     except FileNotFoundError:
         raise PolicyLoadError(path, "no such file") from None
-    except OSError as exc:
-        raise PolicyLoadError(path, f"cannot read: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in a name that came from a file
+        raise PolicyLoadError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
     if stat.S_ISDIR(mode.st_mode):
         raise PolicyLoadError(path, f"is a folder, not {what}")
     _refuse_irregular(path, mode.st_mode)
