@@ -294,3 +294,18 @@ def test_external_weights_are_part_of_the_export_identity(tmp_path: Path) -> Non
         assert policy.info.sha256 == hashlib.sha256(path.read_bytes() + (path.parent / "weights.bin").read_bytes()).hexdigest()
     assert policies[0].info.sha256 != policies[1].info.sha256
     assert torch.equal(2 * policies[0].head.weight, policies[1].head.weight)
+
+
+def test_onnx_tensor_of_an_unknown_data_type_is_refused(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "policy.pt"
+    torch.save(mlagents_state_dict((4,), hidden=8, actions=2, seed=3), checkpoint)
+    export_onnx(load_mlagents_pt(checkpoint), tmp_path / "policy.onnx")
+    model = onnx.load(tmp_path / "policy.onnx")
+    next(t for t in model.graph.initializer if t.name == "head.bias").data_type = 9999
+    path = tmp_path / "unknown-type.onnx"
+    onnx.save(model, path)
+    with pytest.raises(PolicyLoadError) as error:
+        load_policy(str(path))
+    assert_one_line_error(
+        error, path, "malformed ONNX tensor (tensor 'head.bias' has data type 9999, which has no numpy type)"
+    )

@@ -156,8 +156,8 @@ def _small_constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     for name, tensor in tensors.items():
         if math.prod(tensor.dims) <= SHAPE_VALUES:
             try:
-                values[name] = numpy_helper.to_array(tensor)
-            except (ValueError, TypeError, KeyError):  # data that does not fill its shape, an unknown type
+                values[name] = to_array(tensor)
+            except ValueError:
                 continue  # the loaders refuse it
     return values
 
@@ -214,19 +214,28 @@ def _nodes(model: onnx.ModelProto) -> Iterator[onnx.NodeProto]:
         yield from function.node
 
 
+def to_array(tensor: onnx.TensorProto) -> np.ndarray:
+    """A stored tensor's value; ValueError for one whose data does not fill its shape, and for
+    a data type numpy has none for (numpy_helper raises KeyError or TypeError there)."""
+    try:
+        return numpy_helper.to_array(tensor)
+    except (KeyError, TypeError):
+        raise ValueError(f"tensor {tensor.name!r} has data type {tensor.data_type}, which has no numpy type") from None
+
+
 class GraphIndex:
     """Name lookups over one ONNX graph: constants, producers and consumers of each value.
-    Raises ValueError for a tensor whose data does not fill its shape."""
+    Raises ValueError for a tensor whose value cannot be read (`to_array`)."""
 
     def __init__(self, graph: onnx.GraphProto) -> None:
         self.inputs = [value for value in graph.input if value.name not in {t.name for t in graph.initializer}]
         self.outputs = [value.name for value in graph.output]
-        self.constants: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+        self.constants: dict[str, np.ndarray] = {t.name: to_array(t) for t in graph.initializer}
         self.producer: dict[str, onnx.NodeProto] = {}
         self.consumers: dict[str, list[onnx.NodeProto]] = {}
         for node in graph.node:
             if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "value":
-                self.constants[node.output[0]] = numpy_helper.to_array(node.attribute[0].t)
+                self.constants[node.output[0]] = to_array(node.attribute[0].t)
             for name in node.output:
                 self.producer[name] = node
             for name in node.input:
