@@ -13,6 +13,8 @@ import difflib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
 from harness.errors import PolicyLoadError, UsageError
 from harness.dtypes import GOLDEN
 from harness.policies.base import DTYPES, ActionKind, PolicyInfo, PolicyNet, cast_policy
@@ -47,9 +49,27 @@ def load_policy(spec: str | PolicySpec) -> PolicyNet:
     """Load a float32 policy; raise UsageError (exit 2) with one line for anything unusable."""
     spec = spec if isinstance(spec, PolicySpec) else PolicySpec(spec)
     policy = _load(spec)
+    _refuse_non_finite(policy)
     if spec.env_id is not None and (policy.info.env_id is None or spec.env_overrides):
         policy.info = replace(policy.info, env_id=spec.env_id, env_source=spec.env_source)
     return policy
+
+
+def _refuse_non_finite(policy: PolicyNet) -> None:
+    """NaN or inf in a weight makes every output of every card NaN or inf: a broken file, which a
+    sweep would report as a failed port. Weights, log_sigma and normalizer statistics (large in
+    ML-Agents, never infinite) must be finite; a rebuilt graph's other constants may hold -inf or
+    inf on purpose (a mask, a bound), never NaN."""
+    constants = {f"{part}.{name}" for part in ("body", "head") for name, _ in getattr(policy, part).named_buffers()}
+    for name, tensor in (*policy.named_parameters(), *policy.named_buffers()):
+        if not tensor.is_floating_point():
+            continue
+        counts = {"NaN": int(torch.isnan(tensor).sum())}
+        if name not in constants:
+            counts["inf"] = int(torch.isinf(tensor).sum())
+        found = " and ".join(f"{n} {what}" for what, n in counts.items() if n)
+        if found:
+            raise PolicyLoadError(policy.info.name, f"{name} holds {found}")
 
 
 def _load(spec: PolicySpec) -> PolicyNet:
