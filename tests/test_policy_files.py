@@ -20,7 +20,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from harness.errors import PolicyLoadError
-from harness.policies import load_policy
+from harness.policies import CARTPOLE_ZIP, PolicySpec, load_policy, with_found_env
 from harness.policies import policy_files
 from harness.policies.policy_files import find_env, model_card_env, read_run_file
 from tests.test_hub import cache_repo
@@ -239,3 +239,18 @@ def test_front_matter_is_found_in_linear_time(tmp_path: Path) -> None:
     assert model_card_env(write_card(tmp_path, "---\n" + "\n" * 1_000_000)) is None
     card = "---\r\n\r\ntags:\n- CartPole-v1\n\n\n---\n" + "\n" * 1_000_000
     assert model_card_env(write_card(tmp_path, card)) == "CartPole-v1"
+
+
+def test_a_spec_carrying_the_found_environment_reads_no_file_for_it(tmp_path: Path) -> None:
+    """What each actor loads from: the driver's environment travels in the spec, and the card is
+    not parsed again (here it could not be); the zip's bytes are still read and hashed."""
+    policy = tmp_path / "mine.zip"
+    policy.write_bytes(CARTPOLE_ZIP.read_bytes())
+    write_card(tmp_path, CARD.format(tag=HF_ENV, dataset=HF_ENV))
+    found = load_policy(str(policy))
+    spec = with_found_env(PolicySpec(str(policy)), found)
+    write_card(tmp_path, "---\ntags: [unclosed\n---\n")
+    again = load_policy(spec)
+    assert (again.info.env_id, again.info.env_source, again.info.sha256) == (HF_ENV, "model card README.md", found.info.sha256)
+    with pytest.raises(PolicyLoadError, match="is not readable YAML"):
+        load_policy(str(policy))

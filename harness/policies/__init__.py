@@ -24,7 +24,17 @@ BUILTIN = ("cartpole", "huggy-arch")
 SUFFIXES = (".zip", ".onnx", ".pt")
 CARTPOLE_ZIP = Path(__file__).parent / "data" / "cartpole.zip"
 
-__all__ = ["BUILTIN", "DTYPES", "GOLDEN", "PolicyInfo", "PolicyNet", "PolicySpec", "cast_policy", "load_policy"]
+__all__ = [
+    "BUILTIN",
+    "DTYPES",
+    "GOLDEN",
+    "PolicyInfo",
+    "PolicyNet",
+    "PolicySpec",
+    "cast_policy",
+    "load_policy",
+    "with_found_env",
+]
 
 
 @dataclass(frozen=True)
@@ -33,8 +43,9 @@ class PolicySpec:
 
     `source` is a registry name, a path or hf://...: the policy's name in every result row. The
     rest says what the policy's own files may not: its environment (`env_id`, used where the
-    policy declares none, or always with `env_overrides`), and for an ONNX graph of no known
-    layout the output to read and whether its actions are discrete or continuous.
+    policy declares none, or always with `env_overrides`, and then the files beside the policy
+    are not read for one), and for an ONNX graph of no known layout the output to read and
+    whether its actions are discrete or continuous.
     """
 
     source: str
@@ -53,6 +64,13 @@ def load_policy(spec: str | PolicySpec) -> PolicyNet:
     if spec.env_id is not None and (policy.info.env_id is None or spec.env_overrides):
         policy.info = replace(policy.info, env_id=spec.env_id, env_source=spec.env_source)
     return policy
+
+
+def with_found_env(spec: PolicySpec, policy: PolicyNet) -> PolicySpec:
+    """`spec` carrying the environment loading it found (`policy`), so that a later load from it,
+    each actor's, takes the environment from the spec instead of parsing the files beside the
+    policy again. The policy's own bytes are still read, and hashed, by every load."""
+    return replace(spec, env_id=policy.info.env_id, env_source=policy.info.env_source, env_overrides=True)
 
 
 def _refuse_non_finite(policy: PolicyNet) -> None:
@@ -101,7 +119,7 @@ def _load(spec: PolicySpec) -> PolicyNet:
     if path.suffix == ".zip":
         from harness.policies.sb3_zip import load_sb3_zip
 
-        return load_sb3_zip(path)
+        return load_sb3_zip(path, env_files=not spec.env_overrides)
     if path.suffix == ".onnx":
         from harness.policies.onnx_any import load_onnx
 

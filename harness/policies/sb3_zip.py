@@ -112,8 +112,10 @@ class Archive:
     version: str
 
 
-def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
-    """Rebuild the actor of an SB3 save as a float32 `PolicyNet`; PolicyLoadError if unusable."""
+def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) -> PolicyNet:
+    """Rebuild the actor of an SB3 save as a float32 `PolicyNet`; PolicyLoadError if unusable.
+    `env_files=False`: the caller knows the environment, and the files beside the zip are not
+    read for one (the VecNormalize statistics still are: they are part of the policy)."""
     path = Path(path)
     archive = _read_archive(path)
     data = _parse_data(path, archive.data)
@@ -134,7 +136,7 @@ def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
     for target, layer in zip([*(m for m in body if isinstance(m, nn.Linear)), head], layers, strict=True):
         _load_linear(target, state, layer)
     log_sigma = _log_sigma(path, state, action_kind, action_size)
-    env = find_env(path)
+    env = find_env(path) if env_files else None
     stats_path = find_vecnormalize(path)
     stats = read_vecnormalize(stats_path) if stats_path is not None else None
     normalizer = _normalizer(path, stats, obs_size)

@@ -26,12 +26,12 @@ from tqdm import tqdm
 from harness.devices import Kind, resolve_accelerator
 from harness.envs.registry import check_env
 from harness.inference.timing import LatencyStats, Throughput, measure_latency
-from harness.policies import PolicyNet, PolicySpec, load_policy
+from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
 from harness.run.options import BenchConfig
 from harness.run.place import BenchCard, place_bench
-from harness.run.plan import policy_specs
+from harness.run.plan import load_policies
 from harness.run.provenance import new_run_row, now
 from harness.store.schema import BenchRow
 from harness.store.writer import write_rows
@@ -63,8 +63,7 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
     results = Path(config.results)
     with phases("plan"):
         kind = resolve_accelerator(config.accelerator)
-        specs = policy_specs(config)
-        policies = {spec.source: load_policy(spec) for spec in specs}
+        specs, policies = load_policies(config)
         run_id = claim_run_id(results, config.run_id)
         work = [
             Work(name, dtype, make_batch(p.info, "normal", size, config.seed))

@@ -31,12 +31,12 @@ from harness.judge.verdicts import (
     judge_onnx,
     tolerance_of,
 )
-from harness.policies import GOLDEN, PolicyNet, load_policy
+from harness.policies import GOLDEN, PolicyNet
 from harness.report.summary import print_summary
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
 from harness.run.options import SweepConfig, parse_tolerances, ratio_limits
 from harness.run.place import Placement, describe_actors, place_sweep
-from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit, plan_inputs, plan_units, policy_specs
+from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.schema import CheckRow, EpisodeRow
 from harness.store.writer import STAGING, RunWriter, read_run, table_dir
@@ -62,8 +62,7 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
     with phases("plan"):
         faults = parse_faults(config.inject_fault)
         kind = resolve_accelerator(config.accelerator)
-        specs = policy_specs(config)
-        policies = {spec.source: load_policy(spec) for spec in specs}
+        specs, policies = load_policies(config)
         inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
         run_id = config.resume or claim_run_id(results, config.run_id)
         writer = RunWriter(results, run_id)
