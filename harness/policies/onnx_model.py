@@ -46,6 +46,7 @@ class OnnxFile:
 
 
 def read_model(path: Path) -> OnnxFile:
+    """The model in `path` with its external data, checked for bombs; PolicyLoadError if unusable."""
     content = read_whole(path, MAX_ONNX_BYTES, "an ONNX model")
     try:
         model = onnx.load_model_from_string(content)
