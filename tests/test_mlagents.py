@@ -22,6 +22,7 @@ from harness.policies.huggy import huggy_arch, huggy_state_dict
 from harness.policies.mlagents_onnx import load_mlagents_onnx
 from harness.policies.mlagents import BODY, HEAD, PROCESSORS
 from harness.policies.mlagents_pt import load_mlagents_pt
+from tests.test_onnx_graph import save_with_external_data
 
 BALL = "mlagents-3DBall/3DBall.onnx"
 BALL_SHA256 = "496dc01d14506b635268fc62ff0d58a16be71fe3a83e47c1ac72984ce69a1864"
@@ -272,3 +273,39 @@ def test_checkpoints_with_missing_keys_or_wrong_shapes_are_refused(tmp_path: Pat
     with pytest.raises(PolicyLoadError) as error:
         load_mlagents_pt(path)
     assert_one_line_error(error, path, "processor 0 normalizer has running_mean (59,), running_variance (58,)")
+
+
+def test_external_weights_are_part_of_the_export_identity(tmp_path: Path) -> None:
+    """Two exports whose .onnx files are the same bytes and whose external weights differ: two
+    policies, each with the sha256 of its .onnx and then its weights file."""
+    checkpoint = tmp_path / "policy.pt"
+    torch.save(mlagents_state_dict((4,), hidden=8, actions=2, seed=3), checkpoint)
+    export_onnx(load_mlagents_pt(checkpoint), tmp_path / "policy.onnx")
+    model = onnx.load(tmp_path / "policy.onnx")
+    weight = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "head.weight"))
+    paths = []
+    for copy, scale in (("a", 1.0), ("b", 2.0)):
+        edited(model, "head.weight", weight * scale, tmp_path / f"{copy}.onnx")
+        paths.append(save_with_external_data(onnx.load(tmp_path / f"{copy}.onnx"), tmp_path / copy / "policy.onnx"))
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    policies = [load_policy(str(path)) for path in paths]
+    for path, policy in zip(paths, policies, strict=True):
+        assert policy.info.source == "mlagents-onnx"
+        assert policy.info.sha256 == hashlib.sha256(path.read_bytes() + (path.parent / "weights.bin").read_bytes()).hexdigest()
+    assert policies[0].info.sha256 != policies[1].info.sha256
+    assert torch.equal(2 * policies[0].head.weight, policies[1].head.weight)
+
+
+def test_onnx_tensor_of_an_unknown_data_type_is_refused(tmp_path: Path) -> None:
+    checkpoint = tmp_path / "policy.pt"
+    torch.save(mlagents_state_dict((4,), hidden=8, actions=2, seed=3), checkpoint)
+    export_onnx(load_mlagents_pt(checkpoint), tmp_path / "policy.onnx")
+    model = onnx.load(tmp_path / "policy.onnx")
+    next(t for t in model.graph.initializer if t.name == "head.bias").data_type = 9999
+    path = tmp_path / "unknown-type.onnx"
+    onnx.save(model, path)
+    with pytest.raises(PolicyLoadError) as error:
+        load_policy(str(path))
+    assert_one_line_error(
+        error, path, "malformed ONNX tensor (tensor 'head.bias' has data type 9999, which has no numpy type)"
+    )

@@ -5,8 +5,13 @@ must refuse."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
+import re
+import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +27,7 @@ from harness.policies import PolicySpec, cast_policy, load_policy
 from harness.policies.base import PolicyNet
 from harness.policies.onnx_any import onnx_reference
 from harness.policies.onnx_graph import _check_operators, _newest_opset, _torchvision_loads
+from harness.policies.onnx_model import BUILD_BUDGET, read_model
 from tests.helpers import assert_usage_error, cli
 
 TOL = 1e-6  # the rebuild against the torch module it was exported from
@@ -415,3 +421,224 @@ def test_onnx2torch_loads_without_torchvision(folder: Path) -> None:
     nms = helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["picked"], name="nms")
     with pytest.raises(ValueError, match="operator NonMaxSuppression \\(node 'nms'\\) needs torchvision"):
         _check_operators(helper.make_graph([nms], "nms", [], []), 17)
+
+
+def save_with_external_data(model: onnx.ModelProto, path: Path, location: str = "weights.bin") -> Path:
+    """`model` saved to `path` with every initializer's data in `location`, beside it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location, size_threshold=0)
+    return path
+
+
+@contextlib.contextmanager
+def files_opened() -> Iterator[list[str]]:
+    """Every path this process opens meanwhile, by any Python call (the `open` audit event)."""
+    opened: list[str] = []
+    recording = True
+
+    def hook(event: str, args: tuple[object, ...]) -> None:
+        if recording and event == "open":
+            opened.append(str(args[0]))
+
+    sys.addaudithook(hook)
+    try:
+        yield opened
+    finally:
+        recording = False  # an audit hook cannot be removed: this one stops recording
+
+
+def test_external_weights_are_part_of_the_policy_identity(tmp_path: Path) -> None:
+    """Two models whose .onnx files are the same bytes and whose external weights differ are two
+    policies: the sha256 covers the .onnx, then its external data files."""
+    model = onnx.load(tiny_graph("Relu", tmp_path / "relu.onnx"))
+    paths = []
+    for scale in (1.0, 2.0):
+        weight = next(t for t in model.graph.initializer if t.name == "weight")
+        weight.CopyFrom(numpy_helper.from_array(np.full((4, 2), scale, np.float32), "weight"))
+        paths.append(save_with_external_data(model, tmp_path / f"scale-{scale:g}" / "policy.onnx"))
+    assert paths[0].read_bytes() == paths[1].read_bytes()
+    policies = [load_policy(PolicySpec(str(path), action_kind="continuous")) for path in paths]
+    for path, policy in zip(paths, policies, strict=True):
+        expected = hashlib.sha256(path.read_bytes() + (path.parent / "weights.bin").read_bytes()).hexdigest()
+        assert policy.info.sha256 == expected
+    assert policies[0].info.sha256 != policies[1].info.sha256
+    (obs,) = observations(4)
+    assert np.array_equal(2 * head_out(policies[0], (obs,)), head_out(policies[1], (obs,)))
+    assert set(onnx_reference(policies[1].info, threads=1).run((obs,))) == {"mu"}  # onnxruntime reads it too
+
+
+@pytest.mark.parametrize("where", ["absolute", "parent"])
+def test_external_data_outside_the_model_folder_is_refused_and_never_opened(where: str, tmp_path: Path) -> None:
+    path = save_with_external_data(onnx.load(tiny_graph("Relu", tmp_path / "relu.onnx")), tmp_path / "model" / "policy.onnx")
+    outside = tmp_path / "outside.bin"
+    (path.parent / "weights.bin").rename(outside)  # the data is there, and readable: only its place is wrong
+    location = str(outside) if where == "absolute" else "../outside.bin"
+    model = onnx.load(path, load_external_data=False)
+    for tensor in model.graph.initializer:
+        next(entry for entry in tensor.external_data if entry.key == "location").value = location
+    onnx.save(model, path)
+    with files_opened() as opened, pytest.raises(PolicyLoadError) as caught:
+        load_policy(PolicySpec(str(path), action_kind="continuous"))
+    problem = f"external data of tensor 'weight' is at {location!r}, outside the model's folder: refused, not opened"
+    assert str(caught.value) == f"{path}: {problem}"
+    assert str(path) in opened and not any(Path(name).name == outside.name for name in opened), opened
+
+
+def test_external_data_that_is_missing_short_or_a_fifo_is_refused(tmp_path: Path) -> None:
+    path = save_with_external_data(onnx.load(tiny_graph("Relu", tmp_path / "relu.onnx")), tmp_path / "model" / "policy.onnx")
+    data = path.parent / "weights.bin"
+    whole = data.read_bytes()
+    spec = PolicySpec(str(path), action_kind="continuous")
+    data.write_bytes(whole[:-4])
+    one_line_refusal(
+        spec, f"external data of tensor 'weight' is bytes 0 to {len(whole)} of weights.bin, which holds {len(whole) - 4}"
+    )
+    data.unlink()
+    with pytest.raises(PolicyLoadError, match=f"^{data}: no such file$"):
+        load_policy(spec)
+    os.mkfifo(data)
+    with pytest.raises(PolicyLoadError, match=re.escape(f"{data}: is not a regular file (a FIFO)")):
+        load_policy(spec)
+
+
+def graph_with(path: Path, nodes: list[onnx.NodeProto], functions: tuple[onnx.FunctionProto, ...] = ()) -> Path:
+    """obs [batch, 4] -> Identity -> out, with `nodes` beside, in a file of a few hundred bytes."""
+    graph = helper.make_graph(
+        [*nodes, helper.make_node("Identity", ["obs"], ["out"])],
+        "hostile",
+        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 4])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    onnx.save(helper.make_model(graph, opset_imports=opsets, functions=list(functions)), path)
+    return path
+
+
+def constant(name: str, value: object) -> onnx.NodeProto:
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(value), name), name=name)
+
+
+BILLIONS = np.array([2, 2, 10**9], np.int64)  # 4e9 float32 zeros: 16 GB
+
+# Bombs of every kind the check reads, each with the node and shape its refusal names.
+BOMBS: dict[str, tuple[list[onnx.NodeProto], str]] = {
+    "expand-by-a-constant-shape": (
+        [
+            constant("axes", [1]),
+            helper.make_node("ReduceSum", ["obs", "axes"], ["row"], keepdims=1, name="sum"),  # [batch, 1]
+            constant("shape", [10**5, 1, 10**5]),
+            helper.make_node("Expand", ["row", "shape"], ["big"], name="expand"),  # [100000, batch, 100000]
+        ],
+        "node 'expand' (Expand) builds a [100000, 1, 100000] tensor (10000000000 elements)",
+    ),
+    "tile-by-constant-repeats": (
+        [
+            constant("repeats", [10**5, 10**5]),
+            helper.make_node("Tile", ["obs", "repeats"], ["big"], name="tile"),  # [100000 batch, 400000]
+        ],
+        "node 'tile' (Tile) builds a [100000, 100000] tensor (10000000000 elements)",
+    ),
+    "range-of-constants": (
+        [constant(n, np.float32(v)) for n, v in (("start", 0), ("limit", 4e9), ("delta", 1))]
+        + [helper.make_node("Range", ["start", "limit", "delta"], ["big"], name="range")],
+        "node 'range' (Range) builds a [4000000000] tensor (4000000000 elements)",
+    ),
+    "shape-computed-from-constants": (
+        [
+            constant("two", [2, 2]),
+            constant("billion", [10**9]),
+            helper.make_node("Concat", ["two", "billion"], ["shape"], axis=0, name="concat"),
+            helper.make_node("ConstantOfShape", ["shape"], ["big"], name="bomb"),
+        ],
+        "node 'bomb' (ConstantOfShape) builds a [2, 2, 1000000000] tensor (4000000000 elements), after 3 built before it",
+    ),
+    "many-small-ones": (
+        [constant("shape", [4000, 4000])]
+        + [helper.make_node("ConstantOfShape", ["shape"], [f"zeros{i}"], name=f"zeros{i}") for i in range(10)],
+        "node 'zeros4' (ConstantOfShape) builds a [4000, 4000] tensor (16000000 elements), after 64000000 built before it",
+    ),
+    "in-an-if-branch": (
+        [
+            constant("always", True),
+            helper.make_node(
+                "If",
+                ["always"],
+                ["big"],
+                name="if",
+                then_branch=helper.make_graph(
+                    [constant("shape", BILLIONS), helper.make_node("ConstantOfShape", ["shape"], ["zeros"], name="inner")],
+                    "then",
+                    [],
+                    [helper.make_tensor_value_info("zeros", TensorProto.FLOAT, None)],
+                ),
+                else_branch=helper.make_graph(
+                    [constant("nothing", np.float32(0))],
+                    "else",
+                    [],
+                    [helper.make_tensor_value_info("nothing", TensorProto.FLOAT, [])],
+                ),
+            ),
+        ],
+        "node 'inner' (ConstantOfShape) builds a [2, 2, 1000000000] tensor (4000000000 elements)",
+    ),
+    "sparse-constant": (
+        [
+            helper.make_node(
+                "Constant",
+                [],
+                ["big"],
+                name="sparse",
+                sparse_value=helper.make_sparse_tensor(
+                    numpy_helper.from_array(np.ones(1, np.float32), "values"),
+                    numpy_helper.from_array(np.zeros(1, np.int64), "indices"),
+                    [10**5, 10**5],
+                ),
+            )
+        ],
+        "node 'sparse' (Constant) builds a [100000, 100000] tensor (10000000000 elements)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BOMBS))
+def test_graphs_that_build_huge_tensors_from_constants_are_refused_when_read(case: str, tmp_path: Path) -> None:
+    """read_model only reads: it returns or refuses, and nothing here could allocate the bomb."""
+    nodes, problem = BOMBS[case]
+    path = graph_with(tmp_path / f"{case}.onnx", nodes)
+    assert path.stat().st_size < 1000
+    with pytest.raises(PolicyLoadError) as caught:
+        read_model(path)
+    bound = path.stat().st_size + BUILD_BUDGET
+    limit = f"over the {bound} elements a graph may build from constants ({path.stat().st_size} bytes read + {BUILD_BUDGET})"
+    assert str(caught.value) == f"{path}: {problem}: {limit}"
+
+
+LOAD_UNDER_A_MEMORY_LIMIT = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # torch needs 2 GB of address space, the bomb 16 GB more
+from harness.errors import PolicyLoadError
+from harness.policies import PolicySpec, load_policy
+try:
+    load_policy(PolicySpec(sys.argv[1], action_kind="continuous"))
+except PolicyLoadError as error:
+    print(error)
+"""
+
+
+def test_a_constant_of_shape_bomb_is_refused_by_name_before_anything_allocates(tmp_path: Path) -> None:
+    """The issue's bomb: a file of a few hundred bytes whose ConstantOfShape makes 16 GB of zeros,
+    wired into the head so that the rebuild and onnxruntime would both build it. Loaded in a
+    process that cannot have more than 4 GB, it is refused by name, in seconds."""
+    nodes = [
+        constant("shape", BILLIONS),
+        helper.make_node("ConstantOfShape", ["shape"], ["zeros"], name="bomb"),
+        helper.make_node("ReduceSum", ["zeros"], ["total"], keepdims=0, name="sum"),
+        helper.make_node("Add", ["obs", "total"], ["head"], name="add"),
+    ]
+    path = graph_with(tmp_path / "bomb.onnx", nodes)
+    assert path.stat().st_size < 400
+    done = subprocess.run(
+        [sys.executable, "-c", LOAD_UNDER_A_MEMORY_LIMIT, str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith(f"{path}: node 'bomb' (ConstantOfShape) builds a [2, 2, 1000000000] tensor"), done.stdout

@@ -20,7 +20,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from harness.errors import PolicyLoadError
-from harness.policies import load_policy
+from harness.policies import CARTPOLE_ZIP, PolicySpec, load_policy, with_found_env
 from harness.policies import policy_files
 from harness.policies.policy_files import find_env, model_card_env, read_run_file
 from tests.test_hub import cache_repo
@@ -169,7 +169,7 @@ def test_model_card_prefers_model_index_then_an_environment_tag(tmp_path: Path) 
     assert model_card_env(write_card(tmp_path, no_env)) is None
     assert model_card_env(write_card(tmp_path, "# A README without front matter\n")) is None
     # A model card is read from its start only: prose past the limit is no error.
-    long_card = CARD.format(tag=HF_ENV, dataset=HF_ENV) + "é" * policy_files.MAX_TEXT_BYTES
+    long_card = CARD.format(tag=HF_ENV, dataset=HF_ENV) + "é" * policy_files.MAX_CARD_BYTES
     assert model_card_env(write_card(tmp_path, long_card)) == HF_ENV
 
 
@@ -212,6 +212,45 @@ def test_malformed_files_beside_raise_one_line_errors(case: str, tmp_path: Path,
 def test_oversized_run_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     args = tmp_path / "args.yml"
     args.write_text("env: CartPole-v1\n" + "# padding\n" * 10)
-    monkeypatch.setattr(policy_files, "MAX_TEXT_BYTES", 32)
-    with pytest.raises(PolicyLoadError, match=re.escape(f"{args}: is over 32 bytes, too large for a run file")):
+    monkeypatch.setattr(policy_files, "MAX_YAML_BYTES", 32)
+    with pytest.raises(PolicyLoadError, match=re.escape(f"{args}: is over the 32 byte limit for a run file")):
         read_run_file(args)
+
+
+def test_front_matter_past_the_yaml_limit_is_refused_unparsed(tmp_path: Path) -> None:
+    """A megabyte of tags took a second and a half to parse, in the driver and again in every
+    actor; front matter is refused past 64 KiB, by its size where it ends in the first MiB read."""
+    tags = "".join(f"- tag-{i}\n" for i in range(20_000))
+    card = write_card(tmp_path, f"---\ntags:\n{tags}- {HF_ENV}\n---\n# A card\n")
+    size = len(f"tags:\n{tags}- {HF_ENV}".encode())
+    assert size > policy_files.MAX_YAML_BYTES
+    with pytest.raises(PolicyLoadError) as caught:
+        model_card_env(card)
+    assert str(caught.value) == f"{card}: front matter is {size} bytes, over the 65536 byte limit"
+    card = write_card(tmp_path, "---\ntags:\n" + "- tag\n" * 200_000 + "---\n")
+    with pytest.raises(PolicyLoadError) as caught:
+        model_card_env(card)
+    assert str(caught.value) == f"{card}: front matter does not end in the first 1048576 bytes: over the 65536 byte limit"
+
+
+@pytest.mark.timeout(60)
+def test_front_matter_is_found_in_linear_time(tmp_path: Path) -> None:
+    """huggingface_hub's pattern takes time that grows with the square of a run of newlines."""
+    assert model_card_env(write_card(tmp_path, "---\n" + "\n" * 1_000_000)) is None
+    card = "---\r\n\r\ntags:\n- CartPole-v1\n\n\n---\n" + "\n" * 1_000_000
+    assert model_card_env(write_card(tmp_path, card)) == "CartPole-v1"
+
+
+def test_a_spec_carrying_the_found_environment_reads_no_file_for_it(tmp_path: Path) -> None:
+    """What each actor loads from: the driver's environment travels in the spec, and the card is
+    not parsed again (here it could not be); the zip's bytes are still read and hashed."""
+    policy = tmp_path / "mine.zip"
+    policy.write_bytes(CARTPOLE_ZIP.read_bytes())
+    write_card(tmp_path, CARD.format(tag=HF_ENV, dataset=HF_ENV))
+    found = load_policy(str(policy))
+    spec = with_found_env(PolicySpec(str(policy)), found)
+    write_card(tmp_path, "---\ntags: [unclosed\n---\n")
+    again = load_policy(spec)
+    assert (again.info.env_id, again.info.env_source, again.info.sha256) == (HF_ENV, "model card README.md", found.info.sha256)
+    with pytest.raises(PolicyLoadError, match="is not readable YAML"):
+        load_policy(str(policy))

@@ -11,6 +11,7 @@ import io
 import json
 import pickle
 import re
+import struct
 import warnings
 import zipfile
 from pathlib import Path
@@ -314,3 +315,41 @@ def test_zip_over_the_size_limit_is_refused(relu_zip: tuple[PPO, Path], monkeypa
     monkeypatch.setattr(sb3_zip, "MAX_ZIP_BYTES", limit)
     with pytest.raises(PolicyLoadError, match=re.escape(f"{path}: is over the {limit} byte limit for a policy zip")):
         load_sb3_zip(path)
+
+
+def _with_empty_members(src: Path, dst: Path, n: int) -> Path:
+    """An SB3 zip with `n` empty members added, as a zip of millions of them is built."""
+    _rewrite(src, dst)
+    with zipfile.ZipFile(dst, "a") as zf:
+        for i in range(n):
+            zf.writestr(f"e{i}", b"")
+    return dst
+
+
+def test_a_zip_of_more_members_than_a_save_has_is_refused_before_they_are_listed(
+    relu_zip: tuple[PPO, Path], tmp_path: Path
+) -> None:
+    _, src = relu_zip
+    members = len(zipfile.ZipFile(src).namelist()) + sb3_zip.MAX_MEMBERS
+    path = _with_empty_members(src, tmp_path / "many.zip", sb3_zip.MAX_MEMBERS)
+    with pytest.raises(PolicyLoadError) as caught:
+        load_sb3_zip(path)
+    assert str(caught.value) == f"{path}: zip lists {members} members, over the 1000 limit (a save has fewer than 10)"
+
+
+def test_a_central_directory_larger_than_its_count_says_is_refused(
+    relu_zip: tuple[PPO, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """zipfile reads the whole directory whatever count the end record gives: a zip that says 5
+    members and lists 300 is refused by its directory's size."""
+    _, src = relu_zip
+    content = bytearray(_with_empty_members(src, tmp_path / "lying.zip", 300).read_bytes())
+    end = content.rindex(b"PK\x05\x06")
+    content[end + 8 : end + 12] = struct.pack("<HH", 5, 5)  # members on this disk, members in all
+    path = tmp_path / "lying.zip"
+    path.write_bytes(bytes(content))
+    size = struct.unpack_from("<L", content, end + 12)[0]
+    monkeypatch.setattr(sb3_zip, "MAX_DIRECTORY_BYTES", 10_000)
+    with pytest.raises(PolicyLoadError) as caught:
+        load_sb3_zip(path)
+    assert str(caught.value) == f"{path}: zip's central directory is {size} bytes, over the 10000 byte limit for 1000 members"

@@ -13,15 +13,28 @@ import difflib
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+
 from harness.errors import PolicyLoadError, UsageError
 from harness.dtypes import GOLDEN
 from harness.policies.base import DTYPES, ActionKind, PolicyInfo, PolicyNet, cast_policy
+from harness.policies.file_bytes import regular_file_size
 
 BUILTIN = ("cartpole", "huggy-arch")
 SUFFIXES = (".zip", ".onnx", ".pt")
 CARTPOLE_ZIP = Path(__file__).parent / "data" / "cartpole.zip"
 
-__all__ = ["BUILTIN", "DTYPES", "GOLDEN", "PolicyInfo", "PolicyNet", "PolicySpec", "cast_policy", "load_policy"]
+__all__ = [
+    "BUILTIN",
+    "DTYPES",
+    "GOLDEN",
+    "PolicyInfo",
+    "PolicyNet",
+    "PolicySpec",
+    "cast_policy",
+    "load_policy",
+    "with_found_env",
+]
 
 
 @dataclass(frozen=True)
@@ -30,8 +43,9 @@ class PolicySpec:
 
     `source` is a registry name, a path or hf://...: the policy's name in every result row. The
     rest says what the policy's own files may not: its environment (`env_id`, used where the
-    policy declares none, or always with `env_overrides`), and for an ONNX graph of no known
-    layout the output to read and whether its actions are discrete or continuous.
+    policy declares none, or always with `env_overrides`, and then the files beside the policy
+    are not read for one), and for an ONNX graph of no known layout the output to read and
+    whether its actions are discrete or continuous.
     """
 
     source: str
@@ -46,9 +60,34 @@ def load_policy(spec: str | PolicySpec) -> PolicyNet:
     """Load a float32 policy; raise UsageError (exit 2) with one line for anything unusable."""
     spec = spec if isinstance(spec, PolicySpec) else PolicySpec(spec)
     policy = _load(spec)
+    _refuse_non_finite(policy)
     if spec.env_id is not None and (policy.info.env_id is None or spec.env_overrides):
         policy.info = replace(policy.info, env_id=spec.env_id, env_source=spec.env_source)
     return policy
+
+
+def with_found_env(spec: PolicySpec, policy: PolicyNet) -> PolicySpec:
+    """`spec` carrying the environment loading it found (`policy`), so that a later load from it,
+    each actor's, takes the environment from the spec instead of parsing the files beside the
+    policy again. The policy's own bytes are still read, and hashed, by every load."""
+    return replace(spec, env_id=policy.info.env_id, env_source=policy.info.env_source, env_overrides=True)
+
+
+def _refuse_non_finite(policy: PolicyNet) -> None:
+    """NaN or inf in a weight makes every output of every card NaN or inf: a broken file, which a
+    sweep would report as a failed port. Weights, log_sigma and normalizer statistics (large in
+    ML-Agents, never infinite) must be finite; a rebuilt graph's other constants may hold -inf or
+    inf on purpose (a mask, a bound), never NaN."""
+    constants = {f"{part}.{name}" for part in ("body", "head") for name, _ in getattr(policy, part).named_buffers()}
+    for name, tensor in (*policy.named_parameters(), *policy.named_buffers()):
+        if not tensor.is_floating_point():
+            continue
+        counts = {"NaN": int(torch.isnan(tensor).sum())}
+        if name not in constants:
+            counts["inf"] = int(torch.isinf(tensor).sum())
+        found = " and ".join(f"{n} {what}" for what, n in counts.items() if n)
+        if found:
+            raise PolicyLoadError(policy.info.name, f"{name} holds {found}")
 
 
 def _load(spec: PolicySpec) -> PolicyNet:
@@ -75,12 +114,12 @@ def _load(spec: PolicySpec) -> PolicyNet:
             f"unknown policy {name_or_path!r}: {hint}available: {', '.join(BUILTIN)}, "
             f"or a path ending in {', '.join(SUFFIXES)}, or hf://owner/name"
         )
-    if not path.is_file():
-        raise PolicyLoadError(path, "no such file")
+    if regular_file_size(path, "a policy file") == 0:
+        raise PolicyLoadError(path, "is empty (0 bytes)")
     if path.suffix == ".zip":
         from harness.policies.sb3_zip import load_sb3_zip
 
-        return load_sb3_zip(path)
+        return load_sb3_zip(path, env_files=not spec.env_overrides)
     if path.suffix == ".onnx":
         from harness.policies.onnx_any import load_onnx
 

@@ -13,7 +13,6 @@ itself stays the onnxruntime reference (`PolicyInfo.onnx_path`).
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 
@@ -24,14 +23,15 @@ import torch
 from harness.errors import PolicyLoadError
 from harness.policies.base import NORMALIZER_CLAMP, Normalizer, PolicyNet
 from harness.policies.mlagents import ACTION_CLIP, LayoutError, MLAgentsWeights
-from harness.policies.onnx_model import GraphIndex, read_model
+from harness.policies.onnx_model import GraphIndex, OnnxFile, read_model
 
 VERSIONS = (2, 3)  # ModelApiVersion.MLAgents1_0 and MLAgents2_0
 DETERMINISTIC = "deterministic_continuous_actions"
 
 
-def load_mlagents_onnx(path: Path, model: onnx.ModelProto | None = None) -> PolicyNet:
-    model = model if model is not None else read_model(path)
+def load_mlagents_onnx(path: Path, onnx_file: OnnxFile | None = None) -> PolicyNet:
+    onnx_file = onnx_file if onnx_file is not None else read_model(path)
+    model = onnx_file.model
     try:
         graph = _Graph(model.graph)
     except ValueError as error:  # numpy_helper on a tensor whose data does not fill its shape
@@ -51,7 +51,7 @@ def load_mlagents_onnx(path: Path, model: onnx.ModelProto | None = None) -> Poli
     return weights.to_policy(
         name=str(path),
         source="mlagents-onnx",
-        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        sha256=onnx_file.sha256,
         detail=detail,
         synthetic=synthetic,
         onnx_path=str(path),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import io
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -10,14 +10,20 @@ import torch
 
 from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import PolicyNet
+from harness.policies.file_bytes import read_whole, sha256_of
 from harness.policies.mlagents import LayoutError, weights_from_state_dict
+
+# Read once, into memory, so that the bytes hashed are the bytes loaded. An ML-Agents actor is an
+# MLP: its checkpoint, critic and optimizer state included, is megabytes (Huggy's weights: 2.3 MB).
+MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024
 
 
 def load_mlagents_pt(path: Path) -> PolicyNet:
     """Load an ML-Agents checkpoint (`{"Policy": state_dict, ...}` or the state dict itself)."""
+    content = read_whole(path, MAX_CHECKPOINT_BYTES, "an ML-Agents checkpoint")
     try:
         # weights_only: a checkpoint is user input and must never run pickled code.
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(io.BytesIO(content), map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises many types for a file that is not a checkpoint
         raise PolicyLoadError(path, f"not a readable torch checkpoint ({_first_line(error)})") from None
     try:
@@ -27,7 +33,7 @@ def load_mlagents_pt(path: Path) -> PolicyNet:
     return weights.to_policy(
         name=str(path),
         source="mlagents-pt",
-        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        sha256=sha256_of(content),
         detail=f"ML-Agents checkpoint, {weights.describe()}",
     )
 

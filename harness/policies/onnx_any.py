@@ -21,15 +21,15 @@ if TYPE_CHECKING:
 def load_onnx(path: Path, onnx_output: str | None, action_kind: ActionKind | None) -> PolicyNet:
     """An ML-Agents export (it has a `version_number` output, and its layout says the head and
     the action kind, so `onnx_output` and `action_kind` are not needed), else any graph."""
-    model = read_model(path)
-    if _is_mlagents(model):
+    onnx_file = read_model(path)
+    if _is_mlagents(onnx_file.model):
         from harness.policies.mlagents_onnx import load_mlagents_onnx
 
-        return load_mlagents_onnx(path, model)
+        return load_mlagents_onnx(path, onnx_file)
     from harness.policies.onnx_graph import GraphError, load_onnx_graph
 
     try:
-        return load_onnx_graph(path, model, onnx_output, action_kind)
+        return load_onnx_graph(path, onnx_file, onnx_output, action_kind)
     except GraphError as error:
         raise PolicyLoadError(path, str(error)) from None
 
@@ -73,7 +73,7 @@ def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
 
     if info.onnx_path is None:
         raise ValueError(f"{info.name} did not come as ONNX: there is no onnxruntime reference")
-    model = read_model(Path(info.onnx_path))
+    model = read_model(Path(info.onnx_path)).model
     have = [value.name for value in model.graph.output]
     outputs = dict(info.onnx_outputs)
     for name in outputs:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import sys
 import types
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ from torch import nn
 
 from harness.errors import first_line
 from harness.policies.base import ActionKind, PolicyInfo, PolicyNet
-from harness.policies.onnx_model import GraphIndex
+from harness.policies.onnx_model import GraphIndex, OnnxFile
 
 FLOAT = onnx.TensorProto.FLOAT
 # Ops that change neither values nor the row they belong to: how an ArgMax reaches the action output.
@@ -57,11 +56,11 @@ class _Head:
     action: str | None  # the graph output holding ArgMax's deterministic action, if there is one
 
 
-def load_onnx_graph(path: Path, model: onnx.ModelProto, onnx_output: str | None, action_kind: ActionKind | None) -> PolicyNet:
-    """Rebuild `model` (read from `path`) as a float32 PolicyNet; GraphError for what cannot be."""
-    opset = _opset(model)
+def load_onnx_graph(path: Path, onnx_file: OnnxFile, onnx_output: str | None, action_kind: ActionKind | None) -> PolicyNet:
+    """Rebuild the model read from `path` as a float32 PolicyNet; GraphError for what cannot be."""
+    opset = _opset(onnx_file.model)
     try:
-        model = onnx.shape_inference.infer_shapes(model)  # the value infos Extractor cuts at, and widths
+        model = onnx.shape_inference.infer_shapes(onnx_file.model)  # the value infos Extractor cuts at, and widths
         graph = GraphIndex(model.graph)
     except Exception as error:  # inference errors, or numpy_helper on a tensor its data does not fill
         raise GraphError(f"malformed ONNX graph ({first_line(error)})") from None
@@ -91,7 +90,7 @@ def load_onnx_graph(path: Path, model: onnx.ModelProto, onnx_output: str | None,
         action_kind=head.kind,
         obs_sizes=obs_sizes,
         action_size=action_size,
-        sha256=hashlib.sha256(path.read_bytes()).hexdigest(),
+        sha256=onnx_file.sha256,
         onnx_path=str(path),
         detail=f"ONNX graph (opset {opset}, {sizes} -> {out_name} {action_size}, via onnx2torch): head {head.name!r} "
         f"{head.why}",

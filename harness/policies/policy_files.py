@@ -7,7 +7,8 @@ Hugging Face SB3 repository has the zip at its root with `README.md` (the model 
 front matter names the environment) and `vec_normalize.pkl` beside it; the local cache snapshot
 keeps that layout, as symlinks, so paths here are never resolved.
 
-A file that is absent says nothing; one that is present but unreadable is a PolicyLoadError.
+A file that is absent says nothing; one that is present but unreadable (a folder or a FIFO of
+that name included) is a PolicyLoadError.
 """
 
 from __future__ import annotations
@@ -21,9 +22,13 @@ from typing import Any
 import yaml
 
 from harness.errors import PolicyLoadError
+from harness.policies.file_bytes import read_start, read_whole
 
-# Run files and model card front matter are a few kilobytes; anything past this is not one.
-MAX_TEXT_BYTES = 1024 * 1024
+# What is parsed as YAML: a run file, a model card's front matter. Real ones are a few kilobytes;
+# PyYAML's SafeLoader parses about a megabyte a second, and each actor loads the policy again.
+MAX_YAML_BYTES = 64 * 1024
+# A model card's prose may run long: only this much of its start is read, to find the front matter.
+MAX_CARD_BYTES = 1024 * 1024
 
 # The tag the RL Zoo's YAML carries: it dumps `OrderedDict`s with PyYAML's default Dumper.
 ORDERED_DICT_TAG = "tag:yaml.org,2002:python/object/apply:collections.OrderedDict"
@@ -33,8 +38,12 @@ ENV_ID = re.compile(r"(?:[\w.:-]+/)?[\w.:-]+")
 # A model card's tags also name the library and the task; the environment's has a version.
 ENV_TAG = re.compile(r"(?:[\w.:-]+/)?[\w.:-]+-v\d+")
 
-# A model card's front matter, as huggingface_hub.repocard finds it.
-FRONT_MATTER = re.compile(r"^\s*---[\r\n]+([\S\s]*?)[\r\n]+---(?:\r\n|\n|$)")
+# A model card's front matter as huggingface_hub.repocard finds it, and its opening line. Its
+# pattern, `^\s*---[\r\n]+([\S\s]*?)[\r\n]+---(?:\r\n|\n|$)`, backtracks through a run of
+# newlines in time that grows with its square (40,000 of them: 4 s); here the opening is possessive
+# and the closing starts a run, which finds the same YAML in linear time.
+FRONT_MATTER = re.compile(r"^\s*+---[\r\n]++([\S\s]*?)(?<![\r\n])[\r\n]+---(?:\r\n|\n|$)")
+FRONT_MATTER_OPENS = re.compile(r"^\s*+---[\r\n]")
 
 ZOO_ARGS = "args.yml"
 ZOO_VECNORMALIZE = "vecnormalize.pkl"
@@ -70,10 +79,10 @@ _RunFileLoader.add_constructor(ORDERED_DICT_TAG, _ordered_dict)
 def find_env(policy: Path) -> EnvFound | None:
     """The environment the RL Zoo's args.yml or else the model card beside `policy` names."""
     args = rl_zoo_dir(policy) / ZOO_ARGS
-    if args.is_file():
+    if args.exists():
         return EnvFound(_args_env(args), f"RL Zoo {args.relative_to(policy.parent)}")
     card = policy.parent / HF_CARD
-    if card.is_file():
+    if card.exists():
         env = model_card_env(card)
         return EnvFound(env, f"model card {HF_CARD}") if env is not None else None
     return None
@@ -82,7 +91,7 @@ def find_env(policy: Path) -> EnvFound | None:
 def find_vecnormalize(policy: Path) -> Path | None:
     """The VecNormalize statistics saved with `policy`: RL Zoo run folder first, then HF layout."""
     for stats in (rl_zoo_dir(policy) / ZOO_VECNORMALIZE, policy.parent / HF_VECNORMALIZE):
-        if stats.is_file():
+        if stats.exists():
             return stats
     return None
 
@@ -105,7 +114,7 @@ def _args_env(args: Path) -> str:
 
 def read_run_file(path: Path) -> dict[str, Any]:
     """An RL Zoo args.yml or config.yml as a dict; PolicyLoadError if it is not one."""
-    data = _load_yaml(path, _read_text(path), _RunFileLoader)
+    data = _load_yaml(path, _decode(path, read_whole(path, MAX_YAML_BYTES, "a run file")), _RunFileLoader)
     if not isinstance(data, dict):
         raise PolicyLoadError(path, f"is YAML but not a mapping ({type(data).__name__})")
     return data
@@ -114,11 +123,11 @@ def read_run_file(path: Path) -> dict[str, Any]:
 def model_card_env(card: Path) -> str | None:
     """The environment a model card's front matter names: `model-index[].results[].dataset.name`,
     else the first tag that looks like an environment id. None when the card names none."""
-    text = _read_text(card, whole=False)
-    found = FRONT_MATTER.match(text)
-    if found is None:
+    front = _front_matter(card)
+    if front is None:
         return None
-    meta = _load_yaml(card, found.group(1), yaml.SafeLoader, first_line=text[: found.start(1)].count("\n") + 1)
+    text, first_line = front
+    meta = _load_yaml(card, text, yaml.SafeLoader, first_line)
     if meta is None:
         return None
     if not isinstance(meta, dict):
@@ -133,25 +142,34 @@ def model_card_env(card: Path) -> str | None:
     return next((t for t in tags if isinstance(t, str) and ENV_TAG.fullmatch(t)), None)
 
 
+def _front_matter(card: Path) -> tuple[str, int] | None:
+    """A card's front matter and the line it starts on; None where the card has none. Refused
+    unparsed past MAX_YAML_BYTES, also where it does not end in the part of the card read."""
+    raw = read_start(card, MAX_CARD_BYTES, "a model card")
+    cut = len(raw) > MAX_CARD_BYTES
+    text = _decode(card, raw[:MAX_CARD_BYTES], final=not cut)
+    found = FRONT_MATTER.match(text)
+    if found is None and cut and FRONT_MATTER_OPENS.match(text):
+        raise PolicyLoadError(
+            card, f"front matter does not end in the first {MAX_CARD_BYTES} bytes: over the {MAX_YAML_BYTES} byte limit"
+        )
+    if found is None:
+        return None
+    size = len(found.group(1).encode())
+    if size > MAX_YAML_BYTES:
+        raise PolicyLoadError(card, f"front matter is {size} bytes, over the {MAX_YAML_BYTES} byte limit")
+    return found.group(1), text[: found.start(1)].count("\n") + 1
+
+
 def _dicts(value: Any) -> list[dict[str, Any]]:
     """The mappings in a list field of the card; a field of another shape names nothing."""
     return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
 
 
-def _read_text(path: Path, whole: bool = True) -> str:
-    """UTF-8 text, at most MAX_TEXT_BYTES of it. `whole=False` (a model card, whose prose may be
-    long) reads only that much from the start, which is where the front matter is."""
+def _decode(path: Path, raw: bytes, final: bool = True) -> str:
+    """UTF-8 text. Not `final` where the read was cut: a character cut in two there is dropped."""
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_TEXT_BYTES + 1)
-    except OSError as exc:
-        raise PolicyLoadError(path, f"cannot read: {exc.strerror or exc}") from None
-    cut = len(raw) > MAX_TEXT_BYTES
-    if cut and whole:
-        raise PolicyLoadError(path, f"is over {MAX_TEXT_BYTES} bytes, too large for a run file")
-    try:
-        # Not final where the read was cut: a character cut in two there is dropped, not an error.
-        return codecs.getincrementaldecoder("utf-8")().decode(raw[:MAX_TEXT_BYTES], final=not cut)
+        return codecs.getincrementaldecoder("utf-8")().decode(raw, final=final)
     except UnicodeDecodeError as exc:
         raise PolicyLoadError(path, f"is not UTF-8 text (byte {exc.start})") from None
 

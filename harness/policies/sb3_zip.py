@@ -20,7 +20,6 @@ from __future__ import annotations
 import ast
 import base64
 import binascii
-import hashlib
 import io
 import json
 import math
@@ -35,6 +34,7 @@ from torch import nn
 
 from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import ActionKind, PolicyInfo, PolicyNet, mlp
+from harness.policies.file_bytes import read_whole, sha256_of
 from harness.policies.policy_files import find_env, find_vecnormalize
 from harness.policies.vecnormalize import VecNormalizeObs, VecNormalizeStats, read_vecnormalize
 
@@ -46,6 +46,12 @@ MAX_ZIP_BYTES = 4 * MAX_MEMBER_BYTES
 # Deflate rarely beats 20:1 on JSON or weights; a zip bomb runs at about 1000:1.
 MAX_RATIO = 100
 RATIO_CHECK_ABOVE = 1024 * 1024
+# A save holds fewer than 10 members (data, policy.pth, the optimizer's, pytorch_variables.pth,
+# provenance). zipfile builds an entry for each member its central directory lists, reading it to
+# its end whatever count the end record gives (2.4 million empty members: 112 s, 5.1 GB), so both
+# the count and the directory's size are bounded: 46 bytes an entry, plus its name and extras.
+MAX_MEMBERS = 1000
+MAX_DIRECTORY_BYTES = MAX_MEMBERS * 1024
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     cls.__name__: cls
@@ -106,8 +112,10 @@ class Archive:
     version: str
 
 
-def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
-    """Rebuild the actor of an SB3 save as a float32 `PolicyNet`; PolicyLoadError if unusable."""
+def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) -> PolicyNet:
+    """Rebuild the actor of an SB3 save as a float32 `PolicyNet`; PolicyLoadError if unusable.
+    `env_files=False`: the caller knows the environment, and the files beside the zip are not
+    read for one (the VecNormalize statistics still are: they are part of the policy)."""
     path = Path(path)
     archive = _read_archive(path)
     data = _parse_data(path, archive.data)
@@ -128,7 +136,7 @@ def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
     for target, layer in zip([*(m for m in body if isinstance(m, nn.Linear)), head], layers, strict=True):
         _load_linear(target, state, layer)
     log_sigma = _log_sigma(path, state, action_kind, action_size)
-    env = find_env(path)
+    env = find_env(path) if env_files else None
     stats_path = find_vecnormalize(path)
     stats = read_vecnormalize(stats_path) if stats_path is not None else None
     normalizer = _normalizer(path, stats, obs_size)
@@ -141,7 +149,7 @@ def load_sb3_zip(path: Path, name: str | None = None) -> PolicyNet:
         action_kind=action_kind,
         obs_sizes=(obs_size,),
         action_size=action_size,
-        sha256=_sha256(archive.content, applied),
+        sha256=sha256_of(archive.content, applied),
         env_id=env.env_id if env is not None else None,
         env_source=env.source if env is not None else "",
         obs_low=obs_low,
@@ -177,13 +185,6 @@ def _stats_detail(stats: VecNormalizeStats | None) -> str:
     return f", VecNormalize {stats.describe()}" if stats.norm_obs else ", VecNormalize without norm_obs (not applied)"
 
 
-def _sha256(*parts: bytes) -> str:
-    digest = hashlib.sha256()
-    for part in parts:
-        digest.update(part)
-    return digest.hexdigest()
-
-
 def _shown(value: Any, limit: int = 100) -> str:
     """A value from the file, made safe for a one-line error message."""
     text = " ".join(str(value).split())
@@ -191,18 +192,12 @@ def _shown(value: Any, limit: int = 100) -> str:
 
 
 def _read_archive(path: Path) -> Archive:
-    if not path.is_file():
-        raise PolicyLoadError(path, "no such file")
+    content = read_whole(path, MAX_ZIP_BYTES, "a policy zip")
+    _check_directory(path, content)
     try:
-        with path.open("rb") as f:
-            content = f.read(MAX_ZIP_BYTES + 1)
-        if len(content) > MAX_ZIP_BYTES:
-            raise PolicyLoadError(path, f"is over the {MAX_ZIP_BYTES} byte limit for a policy zip")
         zf = zipfile.ZipFile(io.BytesIO(content))
     except zipfile.BadZipFile:
         raise PolicyLoadError(path, "not a zip file (expected a Stable-Baselines3 save)") from None
-    except OSError as exc:
-        raise PolicyLoadError(path, f"cannot read: {exc.strerror or exc}") from None
     with zf:
         names = set(zf.namelist())
         missing = [m for m in ("data", "policy.pth") if m not in names]
@@ -216,6 +211,21 @@ def _read_archive(path: Path) -> Archive:
     except UnicodeDecodeError:
         raise PolicyLoadError(path, "data is not UTF-8 JSON text") from None
     return Archive(content, text, policy_pth, version)
+
+
+def _check_directory(path: Path, content: bytes) -> None:
+    """Refuse a zip whose central directory lists more members than a save has, before zipfile
+    reads it. The end record is read by zipfile's own function, so what is checked is what zipfile
+    then reads (Zip64 included); a file with none is left to zipfile to call no zip."""
+    end = zipfile._EndRecData(io.BytesIO(content))  # type: ignore[attr-defined]
+    if not end:
+        return
+    members, size = end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]  # type: ignore[attr-defined]
+    if members > MAX_MEMBERS:
+        raise PolicyLoadError(path, f"zip lists {members} members, over the {MAX_MEMBERS} limit (a save has fewer than 10)")
+    if size > MAX_DIRECTORY_BYTES:
+        limit = f"over the {MAX_DIRECTORY_BYTES} byte limit for {MAX_MEMBERS} members"
+        raise PolicyLoadError(path, f"zip's central directory is {size} bytes, {limit}")
 
 
 def _read_member(path: Path, zf: zipfile.ZipFile, member: str) -> bytes:

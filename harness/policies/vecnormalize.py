@@ -26,6 +26,7 @@ import torch
 
 from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import ObservationNormalizer
+from harness.policies.file_bytes import read_whole
 
 # A CartPole file is 2 KB; image observations with 8 environments are a few megabytes.
 MAX_STATS_BYTES = 64 * 1024 * 1024
@@ -154,7 +155,7 @@ class _StatsUnpickler(pickle.Unpickler):
 def read_vecnormalize(path: Path) -> VecNormalizeStats:
     """The statistics in a `VecNormalize.save` file, read without running it; PolicyLoadError
     (one line, naming the file) for anything else."""
-    content = _read_bytes(path)
+    content = read_whole(path, MAX_STATS_BYTES, "VecNormalize statistics")
     try:
         wrapper = _StatsUnpickler(path, content).load()
     except PolicyLoadError:
@@ -184,17 +185,6 @@ def read_vecnormalize(path: Path) -> VecNormalizeStats:
     if np.any(var < 0):
         raise PolicyLoadError(path, "obs_rms var has negative values")
     return VecNormalizeStats(path, content, True, epsilon, clip_obs, mean, var)
-
-
-def _read_bytes(path: Path) -> bytes:
-    try:
-        with path.open("rb") as f:
-            content = f.read(MAX_STATS_BYTES + 1)
-    except OSError as exc:
-        raise PolicyLoadError(path, f"cannot read: {exc.strerror or exc}") from None
-    if len(content) > MAX_STATS_BYTES:
-        raise PolicyLoadError(path, f"is over the {MAX_STATS_BYTES} byte limit for VecNormalize statistics")
-    return content
 
 
 def _kind(value: Any) -> str:

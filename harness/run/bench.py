@@ -26,13 +26,13 @@ from tqdm import tqdm
 from harness.devices import Kind, resolve_accelerator
 from harness.envs.registry import check_env
 from harness.inference.timing import LatencyStats, Throughput, measure_latency
-from harness.policies import PolicyNet, PolicySpec, load_policy
+from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
 from harness.run.budget import check_cards, check_memory, estimate, expected_cards
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
 from harness.run.options import BenchConfig
 from harness.run.place import BenchCard, cluster_address, place_bench
-from harness.run.plan import policy_specs
+from harness.run.plan import load_policies
 from harness.run.provenance import new_run_row, now
 from harness.store.schema import BenchRow
 from harness.store.writer import write_rows
@@ -65,8 +65,7 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
     with phases("plan"):
         kind = resolve_accelerator(config.accelerator)
         check_cards(config.cards, kind, cluster_address(config.address))
-        specs = policy_specs(config)
-        policies = {spec.source: load_policy(spec) for spec in specs}
+        specs, policies = load_policies(config)
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         run_id = claim_run_id(results, config.run_id)
         work = [

@@ -15,7 +15,7 @@ import hashlib
 from dataclasses import dataclass
 
 from harness.envs.registry import check_env
-from harness.policies import PolicyNet, PolicySpec
+from harness.policies import PolicyNet, PolicySpec, load_policy, with_found_env
 from harness.policies.base import ObservationNormalizer
 from harness.run.options import CommonOptions, SweepConfig
 from harness.workloads import ObsBatch, make_batch
@@ -111,6 +111,15 @@ class Unit:
     @property
     def workload(self) -> str:
         return self.work.name
+
+
+def load_policies(config: CommonOptions) -> tuple[list[PolicySpec], dict[str, PolicyNet]]:
+    """Each policy the user named, loaded in the driver, and the specs the actors load it from:
+    carrying the environment the driver found, so that no actor parses the files beside a
+    policy again."""
+    specs = policy_specs(config)
+    policies = {spec.source: load_policy(spec) for spec in specs}
+    return [with_found_env(spec, policies[spec.source]) for spec in specs], policies
 
 
 def policy_specs(config: CommonOptions) -> list[PolicySpec]:

@@ -24,7 +24,7 @@ from harness.inference.faults import parse_faults
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Check, Rules, error_check, tolerance_of
 from harness.outputs import Outputs
-from harness.policies import PolicyNet, load_policy
+from harness.policies import PolicyNet
 from harness.report.summary import print_summary
 from harness.run.budget import check_cards, check_memory, estimate, expected_cards
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
@@ -32,7 +32,7 @@ from harness.run.options import SweepConfig, parse_tolerances, ratio_limits, val
 from harness.run.place import Placement, cluster_address, describe_actors, place_sweep
 from harness.run.dispatch import Gathered, SharedRefs, Submitted, check_row, judge, submit
 from harness.run.layer_search import localize_failures
-from harness.run.plan import BatchWork, Unit, plan_inputs, plan_units, policy_specs
+from harness.run.plan import BatchWork, Unit, plan_inputs, load_policies, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
 from harness.store.writer import RunWriter, read_run
@@ -59,8 +59,7 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         faults = parse_faults(config.inject_fault)
         kind = resolve_accelerator(config.accelerator)
         check_cards(config.cards, kind, cluster_address(config.address))
-        specs = policy_specs(config)
-        policies = {spec.source: load_policy(spec) for spec in specs}
+        specs, policies = load_policies(config)
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
         run_id = config.resume or claim_run_id(results, config.run_id)

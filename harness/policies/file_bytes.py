@@ -1,0 +1,74 @@
+"""A file a user hands in, read as bytes: only a regular file, and only as much as a bound allows.
+
+`open()` on a FIFO waits for a writer, for ever if none comes, and a character device such as
+/dev/zero never ends; so a path is looked at before it is opened, and anything but a regular file
+is refused by what it is. Symlinks are followed: the Hugging Face cache keeps every file as one.
+Every loader and side-file reader reads through here, and hashes the bytes it parsed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from pathlib import Path
+
+from harness.errors import PolicyLoadError
+
+KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a folder"),
+)
+
+
+def regular_file_size(path: Path, what: str) -> int:
+    """The size of regular file `path`; PolicyLoadError for a missing path, a folder, a FIFO, ...
+    `what` is what the file should be, for a folder's message: "a policy file"."""
+    try:
+        mode = os.stat(path)
+    except FileNotFoundError:
+        raise PolicyLoadError(path, "no such file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in a name that came from a file
+        raise PolicyLoadError(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if stat.S_ISDIR(mode.st_mode):
+        raise PolicyLoadError(path, f"is a folder, not {what}")
+    _refuse_irregular(path, mode.st_mode)
+    return mode.st_size
+
+
+def read_start(path: Path, limit: int, what: str) -> bytes:
+    """At most `limit` + 1 bytes from the start of regular file `path`: more than `limit` says the
+    file is larger than its reader accepts, in the reader's words."""
+    regular_file_size(path, what)
+    try:
+        # Non-blocking, should the path turn into a FIFO after the look: the open does not wait.
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            _refuse_irregular(path, os.fstat(f.fileno()).st_mode)
+            return f.read(limit + 1)
+    except OSError as exc:
+        raise PolicyLoadError(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def read_whole(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of regular file `path`, refused when there are more than `limit` of them."""
+    content = read_start(path, limit, what)
+    if len(content) > limit:
+        raise PolicyLoadError(path, f"is over the {limit} byte limit for {what}")
+    return content
+
+
+def sha256_of(*parts: bytes) -> str:
+    """A policy's identity: the bytes it is built from, in the order its loader documents."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _refuse_irregular(path: Path, mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in KINDS if test(mode)), "an unknown kind of file")
+        raise PolicyLoadError(path, f"is not a regular file ({kind})")
