@@ -11,8 +11,12 @@ class UsageError(Exception):
     """Bad usage, configuration or input: a one-line message, exit code 2, no traceback."""
 
 
-class PolicyLoadError(UsageError):
-    """A policy file that cannot be read; the message names the file and the problem."""
+class FileError(UsageError):
+    """A file the user named that cannot be used; the message names the file and the problem."""
 
     def __init__(self, source: object, problem: str) -> None:
         super().__init__(f"{source}: {problem}")
+
+
+class PolicyLoadError(FileError):
+    """A policy file (or a file beside it) that cannot be read as a policy."""

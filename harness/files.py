@@ -1,66 +1,84 @@
-"""Reading a file a user names, bounded: only a regular file, never more than a limit.
+"""A file a user hands in, read as bytes: only a regular file, and only as much as a bound allows.
 
-A FIFO opened for reading blocks until a writer comes, `/dev/zero` never ends, and a folder or a
-device has no bytes to give, so each is refused by what it is, in one line, before a byte is read.
-The file is opened without blocking and checked again on the open descriptor, so a path swapped
-for a FIFO after the first look is refused too.
+`open()` on a FIFO waits for a writer, for ever if none comes, and a character device such as
+/dev/zero never ends; so a path is looked at before it is opened, and anything but a regular file
+is refused by what it is. Symlinks are followed: the Hugging Face cache keeps every file as one.
+Every policy loader, side-file reader and the config file reader read through here; a refusal is
+the caller's kind of error (`FileError`, or `PolicyLoadError` for a policy's files), one line
+naming the file.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 from pathlib import Path
 
-from harness.errors import UsageError
+from harness.errors import FileError
 
-_KINDS = {
-    stat.S_IFDIR: "a folder",
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFSOCK: "a socket",
-}
-
-
-def not_regular(mode: int) -> str | None:
-    """What a file of this `st_mode` is, when it is not a regular file; None when it is one."""
-    return None if stat.S_ISREG(mode) else _KINDS.get(stat.S_IFMT(mode), "not a regular file")
+KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a folder"),
+)
 
 
-def read_bounded(path: Path, what: str, limit: int) -> bytes:
-    """The bytes of `path`, a regular file of at most `limit` bytes; UsageError (naming `what`,
-    e.g. "config file") for anything else."""
+def regular_file_size(path: Path, what: str, error: type[FileError] = FileError) -> int:
+    """The size of regular file `path`; `error` for a missing path, a folder, a FIFO, ...
+    `what` is what the file should be, for a folder's message: "a policy file"."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        mode = os.stat(path)
     except FileNotFoundError:
-        raise UsageError(f"{path}: no such {what}") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+        raise error(path, "no such file") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in a name that came from a file
+        raise error(path, f"cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+    if stat.S_ISDIR(mode.st_mode):
+        raise error(path, f"is a folder, not {what}")
+    _refuse_irregular(path, mode.st_mode, error)
+    return mode.st_size
+
+
+def read_start(path: Path, limit: int, what: str, error: type[FileError] = FileError) -> bytes:
+    """At most `limit` + 1 bytes from the start of regular file `path`: more than `limit` says the
+    file is larger than its reader accepts, in the reader's words."""
+    regular_file_size(path, what, error)
     try:
-        info = os.fstat(fd)
-        kind = not_regular(info.st_mode)
-        if kind is not None:
-            raise UsageError(f"{path}: is {kind}, not a {what}")
-        if info.st_size > limit:
-            raise UsageError(f"{path}: is {info.st_size} bytes, over the {limit} byte limit for a {what}")
-        chunks, left = [], limit + 1
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
+        # Non-blocking, should the path turn into a FIFO after the look: the open does not wait.
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as f:
+            _refuse_irregular(path, os.fstat(f.fileno()).st_mode, error)
+            return f.read(limit + 1)
     except OSError as exc:
-        raise UsageError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    content = b"".join(chunks)
-    if len(content) > limit:  # it grew since fstat
-        raise UsageError(f"{path}: is over the {limit} byte limit for a {what}")
+        raise error(path, f"cannot read: {exc.strerror or exc}") from None
+
+
+def read_whole(path: Path, limit: int, what: str, error: type[FileError] = FileError) -> bytes:
+    """The bytes of regular file `path`, refused when there are more than `limit` of them."""
+    content = read_start(path, limit, what, error)
+    if len(content) > limit:
+        raise error(path, f"is over the {limit} byte limit for {what}")
     return content
 
 
-def read_bounded_text(path: Path, what: str, limit: int) -> str:
-    """`read_bounded` as UTF-8 text."""
+def sha256_of(*parts: bytes) -> str:
+    """A policy's identity: the bytes it is built from, in the order its loader documents."""
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _refuse_irregular(path: Path, mode: int, error: type[FileError]) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in KINDS if test(mode)), "an unknown kind of file")
+        raise error(path, f"is not a regular file ({kind})")
+
+
+def read_text(path: Path, limit: int, what: str, error: type[FileError] = FileError) -> str:
+    """`read_whole` as UTF-8 text."""
     try:
-        return read_bounded(path, what, limit).decode("utf-8")
+        return read_whole(path, limit, what, error).decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: the {what} is not UTF-8 text (byte {exc.start})") from None
+        raise error(path, f"is not UTF-8 text (byte {exc.start})") from None

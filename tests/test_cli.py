@@ -77,7 +77,7 @@ def test_info_json() -> None:
         (["--batch-sizes", "1,x"], "'1,x' is not a comma-separated list of int"),
         (["--cards", "0"], "--cards 0: must be at least 1"),
         (["--cards", "two"], "--cards 'two' is not an int"),
-        (["--config", "/nope.toml"], "/nope.toml: no such config file"),
+        (["--config", "/nope.toml"], "/nope.toml: no such file"),
         (["--precision", "fast"], "--precision 'fast' is not one of strict, device-default"),
         (["--episode-batching", "wide"], "--episode-batching 'wide' is not one of lockstep, single"),
         (["--tolerance", "float16=0.1"], "--tolerance 'float16=0.1': expected DTYPE=ATOL,RTOL"),

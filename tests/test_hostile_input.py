@@ -142,13 +142,13 @@ def test_a_seed_too_large_in_the_config_file_is_exit_2(tmp_path: Path) -> None:
 def test_a_config_that_is_a_fifo_or_a_device_is_refused_without_reading_it(tmp_path: Path) -> None:
     fifo = tmp_path / "config.toml"
     os.mkfifo(fifo)
-    for config, what in ((fifo, "is a FIFO, not a config file"), (Path("/dev/zero"), "is a character device")):
+    for config, what in ((fifo, "is not a regular file (a FIFO)"), (Path("/dev/zero"), "(a character device)")):
         # A fresh process with a deadline: a FIFO opened for reading would block forever.
         proc = harness("sweep", *QUICK, "--config", str(config), "--results", str(tmp_path / "r"), timeout=60)
         assert_usage_error(proc, what)
     big = tmp_path / "big.toml"
     big.write_text("# " + "x" * (2 * 1024 * 1024))
-    assert_usage_error(cli("sweep", *QUICK, "--config", str(big)), "over the 1048576 byte limit")
+    assert_usage_error(cli("sweep", *QUICK, "--config", str(big)), "is over the 1048576 byte limit for a config file")
     assert_usage_error(cli("sweep", *QUICK, "--config", str(tmp_path)), "is a folder, not a config file")
 
 

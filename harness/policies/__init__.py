@@ -18,7 +18,7 @@ import torch
 from harness.errors import PolicyLoadError, UsageError
 from harness.dtypes import GOLDEN
 from harness.policies.base import DTYPES, ActionKind, PolicyInfo, PolicyNet, cast_policy
-from harness.policies.file_bytes import regular_file_size
+from harness.files import regular_file_size
 
 BUILTIN = ("cartpole", "huggy-arch")
 SUFFIXES = (".zip", ".onnx", ".pt")
@@ -114,7 +114,7 @@ def _load(spec: PolicySpec) -> PolicyNet:
             f"unknown policy {name_or_path!r}: {hint}available: {', '.join(BUILTIN)}, "
             f"or a path ending in {', '.join(SUFFIXES)}, or hf://owner/name"
         )
-    if regular_file_size(path, "a policy file") == 0:
+    if regular_file_size(path, "a policy file", PolicyLoadError) == 0:
         raise PolicyLoadError(path, "is empty (0 bytes)")
     if path.suffix == ".zip":
         from harness.policies.sb3_zip import load_sb3_zip

@@ -10,7 +10,7 @@ import torch
 
 from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import PolicyNet
-from harness.policies.file_bytes import read_whole, sha256_of
+from harness.files import read_whole, sha256_of
 from harness.policies.mlagents import LayoutError, weights_from_state_dict
 
 # Read once, into memory, so that the bytes hashed are the bytes loaded. An ML-Agents actor is an
@@ -20,7 +20,7 @@ MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024
 
 def load_mlagents_pt(path: Path) -> PolicyNet:
     """Load an ML-Agents checkpoint (`{"Policy": state_dict, ...}` or the state dict itself)."""
-    content = read_whole(path, MAX_CHECKPOINT_BYTES, "an ML-Agents checkpoint")
+    content = read_whole(path, MAX_CHECKPOINT_BYTES, "an ML-Agents checkpoint", PolicyLoadError)
     try:
         # weights_only: a checkpoint is user input and must never run pickled code.
         checkpoint = torch.load(io.BytesIO(content), map_location="cpu", weights_only=True)

@@ -22,7 +22,7 @@ from onnx import numpy_helper
 from onnx.external_data_helper import uses_external_data
 
 from harness.errors import PolicyLoadError
-from harness.policies.file_bytes import read_whole, sha256_of
+from harness.files import read_whole, sha256_of
 
 # The .onnx and its external data together. They are read into memory once, so that the bytes
 # hashed are the bytes parsed; the largest real policies are a few hundred MB.
@@ -47,7 +47,7 @@ class OnnxFile:
 
 def read_model(path: Path) -> OnnxFile:
     """The model in `path` with its external data, checked for bombs; PolicyLoadError if unusable."""
-    content = read_whole(path, MAX_ONNX_BYTES, "an ONNX model")
+    content = read_whole(path, MAX_ONNX_BYTES, "an ONNX model", PolicyLoadError)
     try:
         model = onnx.load_model_from_string(content)
     except Exception as error:  # protobuf raises its own DecodeError, among others
@@ -72,7 +72,7 @@ def _load_external_data(path: Path, model: onnx.ModelProto, budget: int) -> list
             where = f"external data of tensor {tensor.name!r} is at {location!r}"
             raise PolicyLoadError(path, f"{where}, outside the model's folder: refused, not opened")
         if location not in files:
-            files[location] = read_whole(path.parent / location, budget, "an ONNX model's external data")
+            files[location] = read_whole(path.parent / location, budget, "an ONNX model's external data", PolicyLoadError)
             budget -= len(files[location])
         tensor.raw_data = _extent(path, tensor.name, entries, files[location])
         tensor.data_location = onnx.TensorProto.DEFAULT

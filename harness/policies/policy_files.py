@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from harness.errors import PolicyLoadError
-from harness.policies.file_bytes import read_start, read_whole
+from harness.files import read_start, read_whole
 
 # What is parsed as YAML: a run file, a model card's front matter. Real ones are a few kilobytes;
 # PyYAML's SafeLoader parses about a megabyte a second, and each actor loads the policy again.
@@ -114,7 +114,7 @@ def _args_env(args: Path) -> str:
 
 def read_run_file(path: Path) -> dict[str, Any]:
     """An RL Zoo args.yml or config.yml as a dict; PolicyLoadError if it is not one."""
-    data = _load_yaml(path, _decode(path, read_whole(path, MAX_YAML_BYTES, "a run file")), _RunFileLoader)
+    data = _load_yaml(path, _decode(path, read_whole(path, MAX_YAML_BYTES, "a run file", PolicyLoadError)), _RunFileLoader)
     if not isinstance(data, dict):
         raise PolicyLoadError(path, f"is YAML but not a mapping ({type(data).__name__})")
     return data
@@ -145,7 +145,7 @@ def model_card_env(card: Path) -> str | None:
 def _front_matter(card: Path) -> tuple[str, int] | None:
     """A card's front matter and the line it starts on; None where the card has none. Refused
     unparsed past MAX_YAML_BYTES, also where it does not end in the part of the card read."""
-    raw = read_start(card, MAX_CARD_BYTES, "a model card")
+    raw = read_start(card, MAX_CARD_BYTES, "a model card", PolicyLoadError)
     cut = len(raw) > MAX_CARD_BYTES
     text = _decode(card, raw[:MAX_CARD_BYTES], final=not cut)
     found = FRONT_MATTER.match(text)

@@ -34,7 +34,7 @@ from torch import nn
 
 from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import ActionKind, PolicyInfo, PolicyNet, mlp
-from harness.policies.file_bytes import read_whole, sha256_of
+from harness.files import read_whole, sha256_of
 from harness.policies.policy_files import find_env, find_vecnormalize
 from harness.policies.vecnormalize import VecNormalizeObs, VecNormalizeStats, read_vecnormalize
 
@@ -192,7 +192,7 @@ def _shown(value: Any, limit: int = 100) -> str:
 
 
 def _read_archive(path: Path) -> Archive:
-    content = read_whole(path, MAX_ZIP_BYTES, "a policy zip")
+    content = read_whole(path, MAX_ZIP_BYTES, "a policy zip", PolicyLoadError)
     _check_directory(path, content)
     try:
         zf = zipfile.ZipFile(io.BytesIO(content))

@@ -26,7 +26,7 @@ import torch
 
 from harness.errors import PolicyLoadError, first_line
 from harness.policies.base import ObservationNormalizer
-from harness.policies.file_bytes import read_whole
+from harness.files import read_whole
 
 # A CartPole file is 2 KB; image observations with 8 environments are a few megabytes.
 MAX_STATS_BYTES = 64 * 1024 * 1024
@@ -155,7 +155,7 @@ class _StatsUnpickler(pickle.Unpickler):
 def read_vecnormalize(path: Path) -> VecNormalizeStats:
     """The statistics in a `VecNormalize.save` file, read without running it; PolicyLoadError
     (one line, naming the file) for anything else."""
-    content = read_whole(path, MAX_STATS_BYTES, "VecNormalize statistics")
+    content = read_whole(path, MAX_STATS_BYTES, "VecNormalize statistics", PolicyLoadError)
     try:
         wrapper = _StatsUnpickler(path, content).load()
     except PolicyLoadError:

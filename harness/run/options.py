@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.dtypes import CARD_DTYPES
 from harness.errors import UsageError
-from harness.files import read_bounded_text
+from harness.files import read_text
 from harness.store.paths import check_results_folder, check_run_id
 
 if TYPE_CHECKING:
@@ -387,7 +387,7 @@ def _from_flag(f: dataclasses.Field[Any], raw: Any) -> Any:
 
 def read_toml(path: Path, config_type: type[CommonOptions]) -> dict[str, Any]:
     try:
-        data = tomllib.loads(read_bounded_text(path, "config file", MAX_CONFIG_BYTES))
+        data = tomllib.loads(read_text(path, MAX_CONFIG_BYTES, "a config file"))
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})") from None
     fields = {f.name: f for f in dataclasses.fields(config_type)}
