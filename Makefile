@@ -10,7 +10,7 @@ ARGS ?=
 NPU_VENV ?= .venv-npu
 NPU_PY := $(NPU_VENV)/bin/python
 
-.PHONY: venv venv-npu sweep test test-fast test-npu-wheel bench clean
+.PHONY: venv venv-npu sweep test test-fast lint test-npu-wheel bench clean
 
 venv: $(VENV)/.installed
 
@@ -38,6 +38,13 @@ sweep: venv
 
 test: venv
 	$(PY) -m pytest -q -ra $(ARGS)
+
+# The code's own checks, configured in pyproject.toml: ruff (lint and format), mypy, the layering.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" $(ARGS)

@@ -21,10 +21,12 @@ import json, sys
 from harness.errors import UsageError
 from harness.policies import load_policy
 from harness.policies.hub import resolve_hf
+from harness.policies.registry import find_policy_file
 results = {}
 for uri in sys.argv[1:]:
     try:
         path = resolve_hf(uri)
+        path = find_policy_file(path, uri) if path.is_dir() else path
         results[uri] = {"path": str(path), "sha256": load_policy(uri).info.sha256}
     except UsageError as error:
         results[uri] = {"error": str(error)}

@@ -28,7 +28,7 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from harness.errors import PolicyLoadError
 from harness.policies import load_policy
-from harness.policies import sb3_zip
+from harness.policies import loader, sb3_zip
 from harness.policies.sb3_zip import MAX_MEMBER_BYTES, load_sb3_zip
 
 CASE_SHA256 = "83d0de1280428dbfe8b1d4db5b4ae8450e8b137759a454eed5149a7a995228c2"
@@ -330,8 +330,8 @@ def test_a_zip_of_more_members_than_a_save_has_is_refused_before_they_are_listed
     relu_zip: tuple[PPO, Path], tmp_path: Path
 ) -> None:
     _, src = relu_zip
-    members = len(zipfile.ZipFile(src).namelist()) + sb3_zip.MAX_MEMBERS
-    path = _with_empty_members(src, tmp_path / "many.zip", sb3_zip.MAX_MEMBERS)
+    members = len(zipfile.ZipFile(src).namelist()) + loader.MAX_MEMBERS
+    path = _with_empty_members(src, tmp_path / "many.zip", loader.MAX_MEMBERS)
     with pytest.raises(PolicyLoadError) as caught:
         load_sb3_zip(path)
     assert str(caught.value) == f"{path}: zip lists {members} members, over the 1000 limit (a save has fewer than 10)"
@@ -349,7 +349,7 @@ def test_a_central_directory_larger_than_its_count_says_is_refused(
     path = tmp_path / "lying.zip"
     path.write_bytes(bytes(content))
     size = struct.unpack_from("<L", content, end + 12)[0]
-    monkeypatch.setattr(sb3_zip, "MAX_DIRECTORY_BYTES", 10_000)
+    monkeypatch.setattr(loader, "MAX_DIRECTORY_BYTES", 10_000)
     with pytest.raises(PolicyLoadError) as caught:
         load_sb3_zip(path)
     assert str(caught.value) == f"{path}: zip's central directory is {size} bytes, over the 10000 byte limit for 1000 members"

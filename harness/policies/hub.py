@@ -11,32 +11,31 @@ import re
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.policies import SUFFIXES
 
 SCHEME = "hf://"
-HF_CLI_SINCE = (0, 34)
+HF_CLI_SINCE = (0, 34)  # huggingface_hub 0.34 introduced `hf`, replacing `huggingface-cli`
 # A Hugging Face owner or repository name, as the hub allows them.
-HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # huggingface_hub 0.34 introduced `hf`, replacing `huggingface-cli`
+HUB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 def resolve_hf(uri: str) -> Path:
-    """The cached file for `hf://owner/name` (its single policy file) or `hf://owner/name/file`."""
+    """The cached snapshot folder of `hf://owner/name` (the registry finds its policy file in it),
+    or the cached file of `hf://owner/name/file`."""
     repo_id, filename = _parse(uri)
     try:
         import huggingface_hub
-        from huggingface_hub.utils import HFValidationError, LocalEntryNotFoundError
+        from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
     except ImportError:
         raise UsageError(f"{uri}: hf:// policies need huggingface_hub: pip install 'harness[hub]'") from None
     try:
         if filename:
             return Path(huggingface_hub.hf_hub_download(repo_id, filename, local_files_only=True))
-        snapshot = Path(huggingface_hub.snapshot_download(repo_id, local_files_only=True))
+        return Path(huggingface_hub.snapshot_download(repo_id, local_files_only=True))
     except HFValidationError as error:
         raise UsageError(f"{uri}: {error}") from None
     except LocalEntryNotFoundError:
         command = " ".join([_download_command(huggingface_hub.__version__), repo_id, *filter(None, [filename])])
         raise UsageError(f"{uri} is not in the local Hugging Face cache; download it first with: {command}") from None
-    return _single_policy_file(uri, snapshot)
 
 
 def _parse(uri: str) -> tuple[str, str | None]:
@@ -55,13 +54,3 @@ def _parse(uri: str) -> tuple[str, str | None]:
 def _download_command(version: str) -> str:
     major_minor = tuple(int(part) for part in version.split(".")[:2])
     return "hf download" if major_minor >= HF_CLI_SINCE else "huggingface-cli download"
-
-
-def _single_policy_file(uri: str, snapshot: Path) -> Path:
-    files = sorted(p for p in snapshot.rglob("*") if p.suffix in SUFFIXES and p.is_file())
-    if len(files) == 1:
-        return files[0]
-    names = [str(p.relative_to(snapshot)) for p in files]
-    if not names:
-        raise UsageError(f"{uri}: the cached snapshot has no {', '.join(SUFFIXES)} file")
-    raise UsageError(f"{uri}: several policy files ({', '.join(names)}); name one, e.g. {uri}/{names[0]}")

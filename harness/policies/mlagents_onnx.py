@@ -223,7 +223,7 @@ def _action_clip(graph: _Graph, mu: str) -> float | None:
     if node is not None and node.op_type == "Identity" and node.input[0] == mu:
         return None
     clip = graph.producer.get(node.input[0]) if node is not None and node.op_type == "Div" else None
-    if clip is not None and clip.op_type == "Clip" and clip.input[0] == mu:
+    if node is not None and clip is not None and clip.op_type == "Clip" and clip.input[0] == mu:
         low, high = graph.clip_bounds(clip)
         divisor = graph.constant(node.input[1], "action divisor").reshape(-1)
         if low == -high and divisor.size == 1 and float(divisor[0]) == high:

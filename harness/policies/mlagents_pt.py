@@ -1,4 +1,5 @@
-"""ML-Agents `.pt` checkpoints (the Huggy format): a `Policy` state dict of a SimpleActor."""
+"""ML-Agents `.pt` checkpoints (the Huggy format): a `Policy` state dict of a SimpleActor; and the
+other `.pt` that must never be read as one, a TorchScript module, refused by name."""
 
 from __future__ import annotations
 
@@ -9,13 +10,58 @@ from pathlib import Path
 import torch
 
 from harness.errors import PolicyLoadError, first_line
-from harness.policies.base import PolicyNet
 from harness.files import read_whole, sha256_of
+from harness.policies.base import PolicyNet
+from harness.policies.loader import Peek, PolicyFormat, PolicySpec
 from harness.policies.mlagents import LayoutError, weights_from_state_dict
 
 # Read once, into memory, so that the bytes hashed are the bytes loaded. An ML-Agents actor is an
 # MLP: its checkpoint, critic and optimizer state included, is megabytes (Huggy's weights: 2.3 MB).
 MAX_CHECKPOINT_BYTES = 256 * 1024 * 1024
+# torch.save writes a zip whose members sit in one folder (`<name>/data.pkl`, `<name>/data/0`, ...);
+# before torch 1.6 it wrote a pickle stream, which starts with the PROTO opcode.
+PICKLE_MAGIC = b"\x80"
+
+
+def _is_torchscript(peek: Peek) -> bool:
+    """torch.jit.save's archive: the same zip as torch.save's, with the module's code in it."""
+    return peek.zip_members is not None and any("/code/" in m or m.endswith("/constants.pkl") for m in peek.zip_members)
+
+
+class MLAgentsCheckpoint(PolicyFormat):
+    name = "mlagents-pt"
+    suffixes = (".pt",)
+    what = "a torch.save checkpoint (a zip with data.pkl, or a pickle stream) that is no TorchScript module"
+
+    @classmethod
+    def claims(cls, peek: Peek) -> bool:
+        if peek.zip_members is None:
+            return peek.head.startswith(PICKLE_MAGIC)
+        return any(m.endswith("/data.pkl") for m in peek.zip_members) and not _is_torchscript(peek)
+
+    @classmethod
+    def load(cls, path: Path, spec: PolicySpec) -> PolicyNet:
+        return load_mlagents_pt(path)
+
+
+class TorchScript(PolicyFormat):
+    """Claimed so that it is refused by what it is: its loader would have to run its code."""
+
+    name = "torchscript"
+    suffixes = (".pt",)
+    what = "a torch.jit.save archive (a zip with the module's code)"
+
+    @classmethod
+    def claims(cls, peek: Peek) -> bool:
+        return _is_torchscript(peek)
+
+    @classmethod
+    def load(cls, path: Path, spec: PolicySpec) -> PolicyNet:
+        raise PolicyLoadError(
+            path,
+            "is a TorchScript module (torch.jit.save): loading it would run its code, which this harness never does; "
+            "save the actor's state dict with torch.save instead (an ML-Agents checkpoint), or export it to ONNX",
+        )
 
 
 def load_mlagents_pt(path: Path) -> PolicyNet:

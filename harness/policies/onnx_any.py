@@ -12,10 +12,28 @@ import onnx
 
 from harness.errors import PolicyLoadError
 from harness.policies.base import ActionKind, PolicyInfo, PolicyNet
+from harness.policies.loader import Peek, PolicyFormat, PolicySpec
 from harness.policies.onnx_model import GraphIndex, read_model
 
 if TYPE_CHECKING:
     import onnxruntime
+
+
+class Onnx(PolicyFormat):
+    name = "onnx"
+    suffixes = (".onnx",)
+    what = "a serialized ONNX ModelProto (it starts with its ir_version field)"
+    # protobuf writes fields in number order, and ModelProto's field 1, ir_version, is a varint:
+    # tag byte 0x08. onnx.save and every exporter write it.
+    MAGIC = b"\x08"
+
+    @classmethod
+    def claims(cls, peek: Peek) -> bool:
+        return peek.head.startswith(cls.MAGIC)
+
+    @classmethod
+    def load(cls, path: Path, spec: PolicySpec) -> PolicyNet:
+        return load_onnx(path, spec.onnx_output, spec.action_kind)
 
 
 def load_onnx(path: Path, onnx_output: str | None, action_kind: ActionKind | None) -> PolicyNet:

@@ -297,6 +297,7 @@ class _FloatCast(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         # The target dtype, held by a buffer so that cast_policy's .to(dtype) and .double() move it.
+        self.dtype_of: torch.Tensor
         self.register_buffer("dtype_of", torch.zeros((), dtype=torch.float32))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

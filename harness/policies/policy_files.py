@@ -138,7 +138,9 @@ def model_card_env(card: Path) -> str | None:
             name = dataset.get("name") if isinstance(dataset, dict) else None
             if isinstance(name, str) and ENV_ID.fullmatch(name):
                 return name
-    tags = meta.get("tags") if isinstance(meta.get("tags"), list) else []
+    tags = meta.get("tags")
+    if not isinstance(tags, list):
+        return None
     return next((t for t in tags if isinstance(t, str) and ENV_TAG.fullmatch(t)), None)
 
 

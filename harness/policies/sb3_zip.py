@@ -33,8 +33,9 @@ import torch
 from torch import nn
 
 from harness.errors import PolicyLoadError, first_line
-from harness.policies.base import ActionKind, PolicyInfo, PolicyNet, mlp
 from harness.files import read_whole, sha256_of
+from harness.policies.base import ActionKind, PolicyInfo, PolicyNet, mlp
+from harness.policies.loader import Peek, PolicyFormat, PolicySpec, check_zip_directory
 from harness.policies.policy_files import find_env, find_vecnormalize
 from harness.policies.vecnormalize import VecNormalizeObs, VecNormalizeStats, read_vecnormalize
 
@@ -46,12 +47,6 @@ MAX_ZIP_BYTES = 4 * MAX_MEMBER_BYTES
 # Deflate rarely beats 20:1 on JSON or weights; a zip bomb runs at about 1000:1.
 MAX_RATIO = 100
 RATIO_CHECK_ABOVE = 1024 * 1024
-# A save holds fewer than 10 members (data, policy.pth, the optimizer's, pytorch_variables.pth,
-# provenance). zipfile builds an entry for each member its central directory lists, reading it to
-# its end whatever count the end record gives (2.4 million empty members: 112 s, 5.1 GB), so both
-# the count and the directory's size are bounded: 46 bytes an entry, plus its name and extras.
-MAX_MEMBERS = 1000
-MAX_DIRECTORY_BYTES = MAX_MEMBERS * 1024
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     cls.__name__: cls
@@ -110,6 +105,20 @@ class Archive:
     data: str
     policy_pth: bytes
     version: str
+
+
+class Sb3Zip(PolicyFormat):
+    name = "sb3-zip"
+    suffixes = (".zip",)
+    what = "a zip with data and policy.pth (a Stable-Baselines3 save)"
+
+    @classmethod
+    def claims(cls, peek: Peek) -> bool:
+        return peek.zip_members is not None and {"data", "policy.pth"} <= peek.zip_members
+
+    @classmethod
+    def load(cls, path: Path, spec: PolicySpec) -> PolicyNet:
+        return load_sb3_zip(path, env_files=not spec.env_overrides)
 
 
 def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) -> PolicyNet:
@@ -193,7 +202,7 @@ def _shown(value: Any, limit: int = 100) -> str:
 
 def _read_archive(path: Path) -> Archive:
     content = read_whole(path, MAX_ZIP_BYTES, "a policy zip", PolicyLoadError)
-    _check_directory(path, content)
+    check_zip_directory(path, io.BytesIO(content))
     try:
         zf = zipfile.ZipFile(io.BytesIO(content))
     except zipfile.BadZipFile:
@@ -211,21 +220,6 @@ def _read_archive(path: Path) -> Archive:
     except UnicodeDecodeError:
         raise PolicyLoadError(path, "data is not UTF-8 JSON text") from None
     return Archive(content, text, policy_pth, version)
-
-
-def _check_directory(path: Path, content: bytes) -> None:
-    """Refuse a zip whose central directory lists more members than a save has, before zipfile
-    reads it. The end record is read by zipfile's own function, so what is checked is what zipfile
-    then reads (Zip64 included); a file with none is left to zipfile to call no zip."""
-    end = zipfile._EndRecData(io.BytesIO(content))  # type: ignore[attr-defined]
-    if not end:
-        return
-    members, size = end[zipfile._ECD_ENTRIES_TOTAL], end[zipfile._ECD_SIZE]  # type: ignore[attr-defined]
-    if members > MAX_MEMBERS:
-        raise PolicyLoadError(path, f"zip lists {members} members, over the {MAX_MEMBERS} limit (a save has fewer than 10)")
-    if size > MAX_DIRECTORY_BYTES:
-        limit = f"over the {MAX_DIRECTORY_BYTES} byte limit for {MAX_MEMBERS} members"
-        raise PolicyLoadError(path, f"zip's central directory is {size} bytes, {limit}")
 
 
 def _read_member(path: Path, zf: zipfile.ZipFile, member: str) -> bytes:
