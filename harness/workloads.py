@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.policies.base import NORMALIZER_CLAMP, PolicyInfo
+from harness.policies.base import NORMALIZER_CLAMP, ObsInput, PolicyInfo
 
 DISTRIBUTIONS = ("normal", "uniform", "edge")
 # Observation bounds that are infinite, or float32-max as gymnasium writes "unbounded" (CartPole
@@ -29,7 +29,7 @@ class ObsBatch:
 
     distribution: str
     seed: int
-    obs: tuple[np.ndarray, ...]  # float32, each (size, obs_sizes[i])
+    obs: tuple[np.ndarray, ...]  # one per input of the policy, each (size, *shape) in its dtype
     noise: np.ndarray  # float32 (size, action_size): Gumbel for discrete, N(0, 1) for continuous
     sha256: str
 
@@ -50,22 +50,27 @@ def make_batch(
     clamp_bounds: tuple[np.ndarray, np.ndarray] | None = None,
     clamp: float = NORMALIZER_CLAMP,
 ) -> ObsBatch:
-    """Observations for `info`'s inputs. `clamp_bounds` (mean -/+ `clamp` std of the normalizer)
-    lets `edge` put values exactly on the clamp and far beyond it; without it `edge` uses the
-    observation bounds, read as if they were 5 std out."""
+    """Observations for `info`'s inputs, each in its shape and dtype. The float inputs are drawn
+    together, as one row of their concatenated values (what a normalizer sees), then the uint8
+    ones (images) inside their bounds, then the noise. `clamp_bounds` (mean -/+ `clamp` std of
+    the normalizer) lets `edge` put values exactly on the clamp and far beyond it; without it
+    `edge` uses the observation bounds, read as if they were 5 std out."""
     if distribution not in DISTRIBUTIONS:
         raise ValueError(f"unknown distribution {distribution!r}; known: {', '.join(DISTRIBUTIONS)}")
     rng = np.random.default_rng([seed, size, DISTRIBUTIONS.index(distribution)])
-    width = info.obs_size
+    floats = [i for i in info.inputs if i.dtype == "float32"]
+    width = sum(i.size for i in floats)
     if distribution == "normal":
         flat = rng.standard_normal((size, width), dtype=np.float32)
     elif distribution == "uniform":
-        low, high = _finite_bounds(info)
+        low, high = _finite_bounds(floats)
         flat = rng.uniform(low, high, (size, width)).astype(np.float32)
     else:
-        flat = _edge_rows(info, size, clamp_bounds, clamp, rng)
-    split = np.cumsum(info.obs_sizes)[:-1]
-    obs = tuple(np.ascontiguousarray(part) for part in np.split(flat, split, axis=1))
+        flat = _edge_rows(floats, size, clamp_bounds, clamp, rng)
+    parts = iter(np.split(flat, np.cumsum([i.size for i in floats])[:-1], axis=1))
+    drawn = {i.name: next(parts).reshape(size, *i.shape) for i in floats}
+    drawn |= {i.name: _uint8_rows(i, size, distribution, rng) for i in info.inputs if i.dtype == "uint8"}
+    obs = tuple(np.ascontiguousarray(drawn[i.name]) for i in info.inputs)
     noise = make_noise(info, size, rng)
     return ObsBatch(distribution, seed, obs, noise, batch_sha256(obs, noise))
 
@@ -91,17 +96,22 @@ def batch_sha256(obs: tuple[np.ndarray, ...], noise: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def _finite_bounds(info: PolicyInfo) -> tuple[np.ndarray, np.ndarray]:
-    width = info.obs_size
-    low = np.asarray(info.obs_low if info.obs_low is not None else [-np.inf] * width, dtype=np.float64)
-    high = np.asarray(info.obs_high if info.obs_high is not None else [np.inf] * width, dtype=np.float64)
+def _bounds(inputs: list[ObsInput]) -> tuple[np.ndarray, np.ndarray]:
+    """The inputs' bounds, concatenated; infinite where an input has none."""
+    low = [np.asarray(i.low if i.low is not None else [-np.inf] * i.size, dtype=np.float64) for i in inputs]
+    high = [np.asarray(i.high if i.high is not None else [np.inf] * i.size, dtype=np.float64) for i in inputs]
+    return np.concatenate(low or [np.zeros(0)]), np.concatenate(high or [np.zeros(0)])
+
+
+def _finite_bounds(inputs: list[ObsInput]) -> tuple[np.ndarray, np.ndarray]:
+    low, high = _bounds(inputs)
     low = np.where(np.abs(low) < UNBOUNDED_ABOVE, low, -UNBOUNDED_RANGE)
     high = np.where(np.abs(high) < UNBOUNDED_ABOVE, high, UNBOUNDED_RANGE)
     return low, high
 
 
 def _edge_rows(
-    info: PolicyInfo,
+    inputs: list[ObsInput],
     size: int,
     clamp_bounds: tuple[np.ndarray, np.ndarray] | None,
     clamp: float,
@@ -111,9 +121,24 @@ def _edge_rows(
     if clamp_bounds is not None:
         low, high = (np.asarray(b, dtype=np.float64) for b in clamp_bounds)
     else:
-        low, high = _finite_bounds(info)
+        low, high = _finite_bounds(inputs)
     centre, half = (low + high) / 2, (high - low) / 2
     far = FAR_SIGMAS * half / clamp
     rows = np.stack([np.zeros_like(low), low, high, centre - far, centre + far])
     mixed = rows[rng.integers(0, len(rows), (max(size - len(rows), 0), low.size)), np.arange(low.size)]
     return np.concatenate([rows, mixed])[:size].astype(np.float32)
+
+
+def _uint8_rows(inp: ObsInput, size: int, distribution: str, rng: np.random.Generator) -> np.ndarray:
+    """An image input's rows, uint8 inside its bounds (0 to 255 where it has none): any value
+    of the range for `normal` and `uniform`; for `edge` the two bounds, then a mix of them."""
+    low, high = _bounds([inp])
+    low = np.clip(np.where(np.isfinite(low), low, 0), 0, 255).astype(np.int64)
+    high = np.clip(np.where(np.isfinite(high), high, 255), 0, 255).astype(np.int64)
+    if distribution == "edge":
+        rows = np.stack([low, high])
+        flat = rows[rng.integers(0, 2, (size, low.size)), np.arange(low.size)]
+        flat[: min(size, 2)] = rows[: min(size, 2)]
+    else:
+        flat = rng.integers(low, high + 1, (size, low.size))
+    return flat.astype(np.uint8).reshape(size, *inp.shape)

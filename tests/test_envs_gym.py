@@ -11,13 +11,14 @@ from harness.envs.lockstep import GymEnvs, make_lockstep
 from harness.envs.registry import action_bounds, check_env
 from harness.errors import UsageError
 from harness.policies import load_policy
-from harness.policies.base import PolicyInfo
+from harness.policies.base import ObsInput, PolicyInfo
 
 CARTPOLE = load_policy("cartpole").info
 
 
 def continuous_info(obs_size: int, action_size: int) -> PolicyInfo:
-    return PolicyInfo("tiny-continuous", "synthetic", "continuous", (obs_size,), action_size, sha256="", synthetic=True)
+    inputs = (ObsInput("obs", (obs_size,)),)
+    return PolicyInfo("tiny-continuous", "synthetic", "continuous", inputs, action_size, sha256="", synthetic=True)
 
 
 @pytest.mark.parametrize("env_id", [ENV_ID, "CartPole-v1"])
@@ -36,7 +37,7 @@ def test_pendulum_is_refused_for_cartpole_naming_both_sides() -> None:
 
 def test_other_action_counts_and_kinds_are_refused() -> None:
     with pytest.raises(UsageError, match=r"Discrete\(3\), the policy's are Discrete\(2\)"):
-        check_env("MountainCar-v0", PolicyInfo("two", "synthetic", "discrete", (2,), 2, sha256=""))
+        check_env("MountainCar-v0", PolicyInfo("two", "synthetic", "discrete", (ObsInput("obs", (2,)),), 2, sha256=""))
     with pytest.raises(UsageError, match=r"Discrete\(2\), the policy's are continuous of shape \(2,\)"):
         check_env("CartPole-v1", continuous_info(4, 2))
     check_env("Pendulum-v1", continuous_info(3, 1))
@@ -68,7 +69,7 @@ def test_an_ended_episode_keeps_its_slot_untouched() -> None:
     ended_at: dict[int, int] = {}
     last_obs: dict[int, np.ndarray] = {}
     for t in range(1, envs.horizon + 1):
-        obs, rewards, terminated, truncated = envs.step(np.ones(4, dtype=np.int64))
+        (obs,), rewards, terminated, truncated = envs.step(np.ones(4, dtype=np.int64))
         assert obs.shape == (4, 4) and obs.dtype == np.float32
         for i in np.flatnonzero(terminated | truncated):
             if i in ended_at:  # ended before: untouched since

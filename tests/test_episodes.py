@@ -18,7 +18,7 @@ from harness.errors import UsageError
 from harness.inference.episodes import run_episodes
 from harness.outputs import EpisodeOutput
 from harness.policies import load_policy
-from harness.policies.base import PolicyInfo, PolicyNet, mlp
+from harness.policies.base import ObsInput, PolicyInfo, PolicyNet, mlp
 from harness.workloads import episode_noise
 
 DEVICE = cpu_reference()
@@ -51,7 +51,8 @@ def tiny_policy(
     """Random weights, the same every time, sharp enough that actions follow the observations:
     episodes that end at different steps, and continuous means past the action bounds."""
     kind = "continuous" if continuous else "discrete"
-    info = PolicyInfo(f"tiny-{kind}", "synthetic", kind, (obs_size,), action_size, sha256="", synthetic=True, env_id=env_id)
+    inputs = (ObsInput("obs", (obs_size,)),)
+    info = PolicyInfo(f"tiny-{kind}", "synthetic", kind, inputs, action_size, sha256="", synthetic=True, env_id=env_id)
     with torch.random.fork_rng(), torch.no_grad():
         torch.manual_seed(obs_size * 10 + action_size)
         body, linear = mlp([obs_size, 16], nn.Tanh), nn.Linear(16, action_size)

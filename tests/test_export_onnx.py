@@ -13,7 +13,7 @@ from torch import nn
 
 from harness.errors import PolicyLoadError, UsageError
 from harness.policies.export_onnx import export_onnx
-from harness.policies.base import PolicyInfo, PolicyNet, mlp
+from harness.policies.base import ObsInput, PolicyInfo, PolicyNet, mlp
 from harness.policies.huggy import huggy_arch
 from harness.policies.mlagents_onnx import load_mlagents_onnx
 
@@ -29,7 +29,12 @@ MLAGENTS_OUTPUTS = [
 
 def discrete_policy(activation: type[nn.Module], seed: int = 0) -> PolicyNet:
     info = PolicyInfo(
-        name="tiny-discrete", source="synthetic", action_kind="discrete", obs_sizes=(4,), action_size=3, sha256="0" * 64
+        name="tiny-discrete",
+        source="synthetic",
+        action_kind="discrete",
+        inputs=(ObsInput("obs", (4,)),),
+        action_size=3,
+        sha256="0" * 64,
     )
     with torch.random.fork_rng():  # seeded PyTorch default init, without touching the global RNG
         torch.manual_seed(seed)

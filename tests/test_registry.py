@@ -15,7 +15,7 @@ from torch import nn
 
 from harness.errors import PolicyLoadError, UsageError
 from harness.policies import CARTPOLE_ZIP, load_policy, registry
-from harness.policies.base import PolicyInfo, PolicyNet, mlp
+from harness.policies.base import ObsInput, PolicyInfo, PolicyNet, mlp
 from harness.policies.loader import Peek, PolicyFormat, PolicySpec
 
 
@@ -34,7 +34,8 @@ class ToyFormat(PolicyFormat):
     def load(cls, path: Path, spec: PolicySpec) -> PolicyNet:
         layer = json.loads(path.read_bytes()[4:])
         weight, bias = torch.tensor(layer["weight"]), torch.tensor(layer["bias"])
-        info = PolicyInfo(str(path), cls.name, "discrete", (weight.shape[1],), weight.shape[0], sha256="toy")
+        inputs = (ObsInput("obs", (weight.shape[1],)),)
+        info = PolicyInfo(str(path), cls.name, "discrete", inputs, weight.shape[0], sha256="toy")
         head = nn.Linear(weight.shape[1], weight.shape[0])
         with torch.no_grad():
             head.weight.copy_(weight)

@@ -124,7 +124,7 @@ def test_matches_sb3_actor_critic_policy(kind: str, tmp_path: Path) -> None:
     else:
         assert policy.log_sigma is not None
         assert torch.equal(policy.log_sigma, model.policy.log_std.detach())
-        assert policy.info.obs_low == (-1.0, -1.0, -8.0)
+        assert policy.info.inputs[0].low == (-1.0, -1.0, -8.0)
 
 
 def test_info_names_file_version_activation_and_arch(relu_zip: tuple[PPO, Path]) -> None:
@@ -179,7 +179,8 @@ def test_sb3_1_0rc0_case_reproduces_its_logits(cases: Path) -> None:
     assert info.sha256 == CASE_SHA256
     assert info.detail == "SB3 1.0rc0, Tanh, pi [64, 64]"
     assert (info.action_kind, info.obs_sizes, info.action_size) == ("discrete", (4,), 2)
-    assert info.obs_high is not None and info.obs_high[0] == pytest.approx(4.8)
+    high = info.inputs[0].high
+    assert high is not None and high[0] == pytest.approx(4.8)
 
 
 class _CreatesFile:

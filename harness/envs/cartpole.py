@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 from gymnasium.utils import seeding
 
-from harness.envs.protocol import Step
+from harness.envs.protocol import Obs, Step
 
 ENV_ID = "seals/CartPole-v0"
 HORIZON = 500  # seals registers the environment with max_episode_steps=500
@@ -53,7 +53,7 @@ class VecCartPole:
         self.rngs: list[np.random.Generator | None] = [None] * n_envs
         self.steps = HORIZON  # stepping needs a reset first
 
-    def reset(self, seeds: Sequence[int] | None = None) -> np.ndarray:
+    def reset(self, seeds: Sequence[int] | None = None) -> Obs:
         if seeds is not None and len(seeds) != self.n_envs:
             raise ValueError(f"{len(seeds)} seeds for {self.n_envs} environments")
         for i in range(self.n_envs):
@@ -91,5 +91,5 @@ class VecCartPole:
     def close(self) -> None:
         """Nothing to release: arrays only."""
 
-    def _obs(self) -> np.ndarray:
-        return np.ascontiguousarray(self.state.T, dtype=np.float32)
+    def _obs(self) -> Obs:
+        return (np.ascontiguousarray(self.state.T, dtype=np.float32),)

@@ -12,7 +12,7 @@ from gymnasium.spaces import flatten
 
 from harness.envs.cartpole import ENV_ID as CARTPOLE_ID
 from harness.envs.cartpole import IMPLS, VecCartPole
-from harness.envs.protocol import LockstepEnv, Step
+from harness.envs.protocol import LockstepEnv, Obs, Step
 from harness.errors import UsageError
 
 # Episodes of an environment registered without a time limit are cut here by the harness.
@@ -42,14 +42,14 @@ class GymEnvs:
         self.terminated = np.zeros(n_envs, dtype=bool)
         self.truncated = np.ones(n_envs, dtype=bool)
 
-    def reset(self, seeds: Sequence[int] | None = None) -> np.ndarray:
+    def reset(self, seeds: Sequence[int] | None = None) -> Obs:
         if seeds is not None and len(seeds) != self.n_envs:
             raise ValueError(f"{len(seeds)} seeds for {self.n_envs} environments")
         per_env = [None] * self.n_envs if seeds is None else [int(s) for s in seeds]
         for i, (env, seed) in enumerate(zip(self.envs, per_env, strict=True)):
             self.obs[i] = self._flat(env.reset(seed=seed)[0])
         self.terminated[:], self.truncated[:] = False, False
-        return self.obs.copy()
+        return (self.obs.copy(),)
 
     def step(self, actions: np.ndarray) -> Step:
         rewards = np.zeros(self.n_envs, dtype=np.float64)
@@ -58,7 +58,7 @@ class GymEnvs:
             obs, reward, self.terminated[i], self.truncated[i], _ = self.envs[i].step(action)
             self.obs[i] = self._flat(obs)
             rewards[i] = float(reward)
-        return self.obs.copy(), rewards, self.terminated.copy(), self.truncated.copy()
+        return (self.obs.copy(),), rewards, self.terminated.copy(), self.truncated.copy()
 
     def close(self) -> None:
         for env in self.envs:

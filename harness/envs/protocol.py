@@ -13,7 +13,10 @@ from typing import Protocol
 
 import numpy as np
 
-Step = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # obs, rewards, terminated, truncated
+Obs = tuple[np.ndarray, ...]
+"""Every environment's observation, one array per input of the policy (`PolicyInfo.inputs`, in
+that order), each (n_envs, *shape) in the input's dtype: float32 vectors, uint8 images."""
+Step = tuple[Obs, np.ndarray, np.ndarray, np.ndarray]  # obs, rewards, terminated, truncated
 
 
 class LockstepEnv(Protocol):
@@ -21,15 +24,15 @@ class LockstepEnv(Protocol):
     n_envs: int
     horizon: int  # the most steps an episode takes: the time limit, or the harness's own cap
 
-    def reset(self, seeds: Sequence[int] | None = None) -> np.ndarray:
-        """float32 (n_envs, flattened observation size). `seeds` reseed each environment's
-        generator, as `env.reset(seed=s)` does; None continues each one, as `env.reset()` does."""
+    def reset(self, seeds: Sequence[int] | None = None) -> Obs:
+        """Every environment's first observation. `seeds` reseed each environment's generator,
+        as `env.reset(seed=s)` does; None continues each one, as `env.reset()` does."""
         ...
 
     def step(self, actions: np.ndarray) -> Step:
         """Step every environment whose episode is running with its row of `actions`.
 
-        obs float32 (n, size), rewards float64 (n,), terminated and truncated bool (n,). An
+        obs as `reset` gives it, rewards float64 (n,), terminated and truncated bool (n,). An
         ended episode's row repeats its last observation with reward 0 and keeps the flags it
         ended with, so `terminated | truncated` says which episodes are over.
         """

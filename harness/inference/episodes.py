@@ -25,7 +25,7 @@ import torch
 
 from harness.devices import Device
 from harness.envs.lockstep import make_lockstep
-from harness.envs.protocol import LockstepEnv
+from harness.envs.protocol import LockstepEnv, Obs
 from harness.envs.registry import action_bounds, check_env
 from harness.outputs import EpisodeOutput
 from harness.policies.base import PolicyNet
@@ -33,7 +33,7 @@ from harness.workloads import episode_noise
 
 BATCHINGS = ("lockstep", "single")
 
-Decide = Callable[[torch.Tensor, int, np.ndarray], np.ndarray]
+Decide = Callable[[tuple[torch.Tensor, ...], int, np.ndarray], np.ndarray]
 """(observations on the card, step, which episodes are running) -> every row's action."""
 
 
@@ -69,7 +69,7 @@ def play(
     lengths = np.zeros(len(row_seeds), dtype=np.int64)
     stepped: list[np.ndarray] = []
     for t in range(envs.horizon):
-        actions = decide(torch.from_numpy(obs).to(device.torch_device), t, running)
+        actions = decide(tuple(torch.from_numpy(o).to(device.torch_device) for o in as_inputs(policy, obs)), t, running)
         if bounds is not None:
             # SB3's predict for a Box: np.clip to the bounds; the env gets the Box's dtype.
             actions = np.clip(actions, *bounds).astype(bounds[0].dtype, copy=False)
@@ -97,24 +97,39 @@ def play(
     return [episodes[row] for row in np.argsort(order)]  # seed i of the caller sits in row rank(i)
 
 
-def choose_actions(policy: PolicyNet, obs: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
-    """One forward over `obs` (rows of concatenated inputs) and each row's action."""
-    head = policy(*torch.split(obs, list(policy.info.obs_sizes), dim=-1))
+def as_inputs(policy: PolicyNet, obs: Obs) -> Obs:
+    """The environment's observation as the policy's inputs: as it is where the environment gives
+    one array per input; split along the row where it gives one flat array and the policy takes
+    several vectors (an ML-Agents policy of obs_0, obs_1 playing a gymnasium environment)."""
+    inputs = policy.info.inputs
+    if len(obs) == len(inputs):
+        return obs
+    if len(obs) == 1 and all(len(i.shape) == 1 for i in inputs):
+        return tuple(np.split(obs[0], np.cumsum(policy.info.obs_sizes)[:-1], axis=1))
+    raise ValueError(f"the environment gives {len(obs)} observation arrays, {policy.info.name} takes {len(inputs)} inputs")
+
+
+def choose_actions(policy: PolicyNet, obs: tuple[torch.Tensor, ...], noise: torch.Tensor | None) -> torch.Tensor:
+    """One forward over `obs` (one tensor per input of the policy) and each row's action."""
+    head = policy(*obs)
     return policy.deterministic_action(head) if noise is None else policy.stochastic_action(head, noise)
 
 
 def _lockstep(policy: PolicyNet, noise: torch.Tensor | None) -> Decide:
-    def decide(obs: torch.Tensor, t: int, running: np.ndarray) -> np.ndarray:
+    def decide(obs: tuple[torch.Tensor, ...], t: int, running: np.ndarray) -> np.ndarray:
         return choose_actions(policy, obs, None if noise is None else noise[t]).cpu().numpy()
 
     return decide
 
 
 def _single(policy: PolicyNet, noise: torch.Tensor | None) -> Decide:
-    def decide(obs: torch.Tensor, t: int, running: np.ndarray) -> np.ndarray:
+    def decide(obs: tuple[torch.Tensor, ...], t: int, running: np.ndarray) -> np.ndarray:
         rows = np.flatnonzero(running)
         # One forward per row; the chosen actions cross to the host together, once per step.
-        per_row = [choose_actions(policy, obs[i : i + 1], None if noise is None else noise[t, i : i + 1]) for i in rows]
+        per_row = [
+            choose_actions(policy, tuple(o[i : i + 1] for o in obs), None if noise is None else noise[t, i : i + 1])
+            for i in rows
+        ]
         chosen = torch.cat(per_row).cpu().numpy()
         actions = np.zeros((len(running), *chosen.shape[1:]), dtype=chosen.dtype)
         actions[rows] = chosen

@@ -142,7 +142,7 @@ def closed_loop(
     check_env(env_id, policy.info)
     envs = make_lockstep(env_id, n_envs, env_impl)
     try:
-        warm = torch.zeros((n_envs, policy.info.obs_size), dtype=torch.float32, device=device.torch_device)
+        warm = tuple(torch.from_numpy(i.zeros(n_envs)).to(device.torch_device) for i in policy.info.inputs)
         choose_actions(policy, warm, None).cpu()  # the first call is not what this measures
         first_round: list[EpisodeOutput] = []
         returns: list[float] = []

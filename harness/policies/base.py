@@ -8,6 +8,7 @@ runs in float16, bfloat16 or the float64 golden is decided here, once, for every
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,6 +29,32 @@ DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in CARD_DT
 NORMALIZER_CLAMP = 5.0
 
 
+ObsDtype = Literal["float32", "uint8"]
+
+
+@dataclass(frozen=True)
+class ObsInput:
+    """One observation input, as the environment gives it and the policy takes it: a vector of
+    floats, an image of uint8 (SB3's CnnPolicy; channels first, as the policy sees them), or one
+    key of a dict observation. Batches are drawn inside its bounds, in its dtype."""
+
+    name: str  # "obs", ML-Agents' "obs_0".., or the key of a dict observation
+    shape: tuple[int, ...]  # of one row, e.g. (4,) or (4, 84, 84)
+    dtype: ObsDtype = "float32"
+    low: tuple[float, ...] | None = None  # flattened (size values), inf allowed; None: unbounded
+    high: tuple[float, ...] | None = None
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def zeros(self, rows: int) -> np.ndarray:
+        return np.zeros((rows, *self.shape), dtype=self.dtype)
+
+    def describe(self) -> dict[str, object]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
 @dataclass(frozen=True)
 class PolicyInfo:
     """What a policy is and where its bytes came from; recorded with every result."""
@@ -35,18 +62,21 @@ class PolicyInfo:
     name: str  # what the user asked for: a registry name or a path
     source: str  # "sb3-zip", "mlagents-onnx", "onnx-graph", "mlagents-pt", "synthetic"
     action_kind: ActionKind
-    obs_sizes: tuple[int, ...]  # one entry per observation input (ML-Agents obs_0..obs_k)
+    inputs: tuple[ObsInput, ...]  # in the order the policy's forward takes them
     action_size: int  # number of discrete actions, or continuous action dimensions
     sha256: str  # of the file; of the generating recipe for synthetic policies
     synthetic: bool = False
     env_id: str | None = None  # environment for closed-loop episodes, when the policy has one
-    obs_low: tuple[float, ...] | None = None  # bounds of the concatenated observation (inf allowed)
-    obs_high: tuple[float, ...] | None = None
     onnx_path: str | None = None  # onnxruntime reference, when the policy came as ONNX
     onnx_outputs: tuple[tuple[str, str], ...] = ()  # (graph tensor, "logits" | "mu" | "action") the reference reads
     detail: str = ""  # e.g. "SB3 1.0rc0, Tanh, pi [64, 64]"
     env_source: str = ""  # where env_id came from: "built in", "RL Zoo args.yml", "model card", "--env", ...
     obs_normalization: str = ""  # what normalizes observations inside the policy, e.g. "VecNormalize (vecnormalize.pkl)"
+
+    @property
+    def obs_sizes(self) -> tuple[int, ...]:
+        """Each input's values, flattened."""
+        return tuple(i.size for i in self.inputs)
 
     @property
     def obs_size(self) -> int:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.policies.base import Normalizer, PolicyInfo, PolicyNet, mlp
+from harness.policies.base import Normalizer, ObsInput, PolicyInfo, PolicyNet, mlp
 
 # State-dict prefixes of ML-Agents' SimpleActor ("endoder" is ML-Agents' own spelling).
 PROCESSORS = "network_body.observation_encoder.processors"
@@ -83,7 +83,7 @@ class MLAgentsWeights:
             name=name,
             source=source,
             action_kind="continuous",
-            obs_sizes=self.obs_sizes,
+            inputs=tuple(ObsInput(f"obs_{i}", (size,)) for i, size in enumerate(self.obs_sizes)),
             action_size=self.action_size,
             sha256=sha256,
             synthetic=synthetic,

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from harness.errors import first_line
-from harness.policies.base import ActionKind, PolicyInfo, PolicyNet
+from harness.policies.base import ActionKind, ObsInput, PolicyInfo, PolicyNet
 from harness.policies.onnx_model import GraphIndex, OnnxFile
 
 FLOAT = onnx.TensorProto.FLOAT
@@ -88,7 +88,7 @@ def load_onnx_graph(path: Path, onnx_file: OnnxFile, onnx_output: str | None, ac
         name=str(path),
         source="onnx-graph",
         action_kind=head.kind,
-        obs_sizes=obs_sizes,
+        inputs=tuple(ObsInput(name, (size,)) for name, size in zip(inputs, obs_sizes, strict=True)),
         action_size=action_size,
         sha256=onnx_file.sha256,
         onnx_path=str(path),

@@ -34,7 +34,7 @@ from torch import nn
 
 from harness.errors import PolicyLoadError, first_line
 from harness.files import read_whole, sha256_of
-from harness.policies.base import ActionKind, PolicyInfo, PolicyNet, mlp
+from harness.policies.base import ActionKind, ObsInput, PolicyInfo, PolicyNet, mlp
 from harness.policies.loader import Peek, PolicyFormat, PolicySpec, check_zip_directory
 from harness.policies.policy_files import find_env, find_vecnormalize
 from harness.policies.vecnormalize import VecNormalizeObs, VecNormalizeStats, read_vecnormalize
@@ -156,13 +156,11 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
         name=name if name is not None else str(path),
         source="sb3-zip",
         action_kind=action_kind,
-        obs_sizes=(obs_size,),
+        inputs=(ObsInput("obs", (obs_size,), low=obs_low, high=obs_high),),
         action_size=action_size,
         sha256=sha256_of(archive.content, applied),
         env_id=env.env_id if env is not None else None,
         env_source=env.source if env is not None else "",
-        obs_low=obs_low,
-        obs_high=obs_high,
         detail=f"SB3 {archive.version}, {activation}, {arch.describe()}{_stats_detail(stats)}",
         obs_normalization=_obs_normalization(path, stats),
     )

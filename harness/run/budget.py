@@ -129,8 +129,8 @@ def estimate(config: CommonOptions, policies: dict[str, PolicyNet], n_cards: int
 
 
 def input_bytes_per_row(policy: PolicyNet) -> int:
-    """One row of observations and its noise, as the workloads make them (float32)."""
-    return 4 * (policy.info.obs_size + policy.info.action_size)
+    """One row of observations, in each input's dtype, and its float32 noise."""
+    return sum(i.zeros(1).nbytes for i in policy.info.inputs) + 4 * policy.info.action_size
 
 
 def output_bytes_per_row(policy: PolicyNet) -> int:
@@ -160,7 +160,7 @@ def activation_bytes_per_row(policy: PolicyNet) -> int:
     leaves = [m for m in policy.modules() if not any(True for _ in m.children())]
     hooks = [m.register_forward_hook(measure) for m in leaves]
     try:
-        policy(*(torch.zeros((1, size), dtype=torch.float32) for size in policy.info.obs_sizes))
+        policy(*(torch.from_numpy(i.zeros(1)) for i in policy.info.inputs))
     finally:
         for hook in hooks:
             hook.remove()

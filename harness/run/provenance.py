@@ -83,6 +83,7 @@ def describe_policies(policies: dict[str, PolicyNet]) -> str:
                 "env_id": p.info.env_id,
                 "env_source": p.info.env_source,
                 "obs_normalization": p.info.obs_normalization,
+                "inputs": [i.describe() for i in p.info.inputs],
             }
             for k, p in policies.items()
         ]
