@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
+from tests.builders import HF_COMMIT as COMMIT
+from tests.builders import cache_repo
+
 RESOLVE = """
 import json, sys
 from harness.errors import UsageError
@@ -30,20 +32,6 @@ for uri in sys.argv[1:]:
         results[uri] = {"error": str(error)}
 print(json.dumps(results))
 """
-
-
-def cache_repo(hf_home: Path, repo_id: str, files: dict[str, bytes]) -> None:
-    """Lay files out as huggingface_hub does: blobs by hash, a snapshot of symlinks, refs/main."""
-    repo = hf_home / "hub" / f"models--{repo_id.replace('/', '--')}"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(COMMIT)
-    for name, content in files.items():
-        blob = repo / "blobs" / hashlib.sha256(content).hexdigest()
-        blob.parent.mkdir(exist_ok=True)
-        blob.write_bytes(content)
-        link = repo / "snapshots" / COMMIT / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
 
 
 def resolve(hf_home: Path, *uris: str) -> dict[str, dict[str, str]]:

@@ -22,7 +22,7 @@ from harness.policies.huggy import huggy_arch, huggy_state_dict
 from harness.policies.mlagents_onnx import load_mlagents_onnx
 from harness.policies.mlagents import BODY, HEAD, PROCESSORS
 from harness.policies.mlagents_pt import load_mlagents_pt
-from tests.test_onnx_graph import save_with_external_data
+from tests.builders import mlagents_state_dict, save_with_external_data
 
 BALL = "mlagents-3DBall/3DBall.onnx"
 BALL_SHA256 = "496dc01d14506b635268fc62ff0d58a16be71fe3a83e47c1ac72984ce69a1864"
@@ -49,22 +49,6 @@ def observations(sizes: tuple[int, ...], seed: int = 0, rows: int = 256) -> list
     # Scale 3 so that some values reach the normalizer clamp.
     rng = np.random.default_rng(seed)
     return [(rng.standard_normal((rows, n)) * 3).astype(np.float32) for n in sizes]
-
-
-def mlagents_state_dict(obs_sizes: tuple[int, ...], hidden: int, actions: int, seed: int) -> dict[str, torch.Tensor]:
-    """A SimpleActor state dict with one normalizer processor per observation input."""
-    gen = torch.Generator().manual_seed(seed)
-    state: dict[str, torch.Tensor] = {}
-    for i, n in enumerate(obs_sizes):
-        state[f"{PROCESSORS}.{i}.normalizer.running_mean"] = torch.randn(n, generator=gen)
-        state[f"{PROCESSORS}.{i}.normalizer.running_variance"] = torch.rand(n, generator=gen) * 5e4 + 1e3
-        state[f"{PROCESSORS}.{i}.normalizer.normalization_steps"] = torch.tensor(10_000)
-    sizes = [sum(obs_sizes), hidden, hidden, actions]
-    for name, n_in, n_out in zip([f"{BODY}.0", f"{BODY}.2", f"{HEAD}.mu"], sizes[:-1], sizes[1:], strict=True):
-        state[f"{name}.weight"] = torch.randn(n_out, n_in, generator=gen) * n_in**-0.5
-        state[f"{name}.bias"] = torch.randn(n_out, generator=gen) * 0.1
-    state[f"{HEAD}.log_sigma"] = torch.zeros(1, actions)
-    return state
 
 
 def edited(model: onnx.ModelProto, initializer: str, value: np.ndarray, out: Path) -> Path:

@@ -23,7 +23,7 @@ from harness.errors import PolicyLoadError
 from harness.policies import CARTPOLE_ZIP, PolicySpec, load_policy, with_found_env
 from harness.policies import policy_files
 from harness.policies.policy_files import find_env, model_card_env, read_run_file
-from tests.test_hub import cache_repo
+from tests.builders import cache_repo, redraw_weights
 from tests.test_sb3_zip import CASE_LOGITS, CASE_SHA256
 
 HF_ENV = "seals/CartPole-v0"
@@ -109,10 +109,7 @@ def hub_repo(tmp_path_factory: pytest.TempPathFactory) -> HubRepo:
     for _ in range(200):  # statistics of real observations; the policy itself needs no training
         venv.step(rng.integers(0, 2, size=1))
     model = PPO("MlpPolicy", venv, seed=0, device="cpu")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.policy.parameters():
-            param.copy_(torch.randn(param.shape, generator=gen))
+    redraw_weights(model)
     folder = tmp_path_factory.mktemp("hub")
     model.save(folder / HF_ZIP)
     venv.save(folder / "vec_normalize.pkl")

@@ -15,35 +15,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.errors import UsageError
-from harness.store.schema import SCHEMAS, TABLES, BenchRow
+from harness.store.schema import SCHEMAS, TABLES
 from harness.store.views import load_dataframe, load_table
 from harness.store.writer import write_rows
+from tests.builders import bench_row
 from tests.conftest import SharedSweeps
 from tests.helpers import assert_usage_error, cli
 from tests.test_sweep import clean_run
 
 CLEAN = "clean"
-
-
-def bench_row(**changes: object) -> BenchRow:
-    base = dict(
-        policy="cartpole",
-        dtype="float32",
-        device="sim-cpu0",
-        n_cards=1,
-        batch_size=8,
-        mode="latency",
-        first_call_ms=130.0,
-        p50_ms=0.9,
-        p95_ms=1.1,
-        p99_ms=1.3,
-        mean_ms=0.95,
-        decisions_per_s=8600.0,
-        scaling_efficiency=None,
-        timing="device",
-        detail="",
-    )
-    return BenchRow(**(base | changes))
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,8 @@ from harness.store.schema import CheckRow
 from harness.store.writer import write_rows
 from tests.conftest import SharedSweeps
 from tests.helpers import assert_usage_error, cli
-from tests.test_query import CLEAN, bench_row
+from tests.builders import bench_row
+from tests.test_query import CLEAN
 from tests.test_sweep import clean_run, faults_run
 
 FAULTY = "faults"
