@@ -1,5 +1,6 @@
-"""Shared test fixtures: the third-party cases beside the checkout, one Ray cluster for the whole
-session, and the sweeps that several test modules read, each run once.
+"""Shared test fixtures: the policy files the tests build (tests/builders.py), the third-party
+cases beside the checkout, one Ray cluster for the whole session, and the sweeps that several
+test modules read, each run once.
 
 `harness` is imported first: it sets the device-backend guard before any test module can
 import torch, so every test file also passes run alone where torch_npu is installed.
@@ -20,10 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, start_ray_node
+from tests import builders
+from tests.helpers import start_ray_node
 from tests.helpers import harness as run_harness
+from tests.third_party import CASES
 
-CASES = REPO.parent / "shared" / "cases"
 SESSION_CARDS = 4
 
 
@@ -40,6 +42,18 @@ def cases() -> Path:
     if not CASES.is_dir():
         pytest.fail(f"{CASES} is missing: the tests read the shared cases from beside the checkout")
     return CASES
+
+
+@pytest.fixture(scope="session")
+def sb3_expert(tmp_path_factory: pytest.TempPathFactory) -> builders.SB3Expert:
+    """The stand-in for the RL Zoo's CartPole-v1: an SB3 1.0rc0-format save in the RL Zoo layout."""
+    return builders.sb3_expert(tmp_path_factory.mktemp("sb3-expert"))
+
+
+@pytest.fixture(scope="session")
+def mlagents_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stand-in for ML-Agents 3DBall: an ML-Agents v3 export, 8 observations, 2 x 128 Swish."""
+    return builders.mlagents_export(tmp_path_factory.mktemp("mlagents-export"))
 
 
 def free_port() -> int:

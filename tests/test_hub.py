@@ -43,27 +43,27 @@ def resolve(hf_home: Path, *uris: str) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def results(cases: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+def results(mlagents_export: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     hf_home = tmp_path_factory.mktemp("hf_home")
-    ball = (cases / "mlagents-3DBall" / "3DBall.onnx").read_bytes()
-    cache_repo(hf_home, "unity/3DBall", {"3DBall.onnx": ball, "README.md": b"# 3DBall\n"})
-    cache_repo(hf_home, "unity/two", {"3DBall.onnx": ball, "run/3DBall-500.onnx": ball})
-    uris = ["hf://unity/3DBall", "hf://unity/two", "hf://unity/two/run/3DBall-500.onnx"]
+    ball = mlagents_export.read_bytes()
+    cache_repo(hf_home, "unity/Ball", {"Ball.onnx": ball, "README.md": b"# Ball\n"})
+    cache_repo(hf_home, "unity/two", {"Ball.onnx": ball, "run/Ball-500.onnx": ball})
+    uris = ["hf://unity/Ball", "hf://unity/two", "hf://unity/two/run/Ball-500.onnx"]
     uris += ["hf://unity/absent", "hf://unity"]
     return resolve(hf_home, *uris) | {"ball_sha256": {"sha256": hashlib.sha256(ball).hexdigest()}}
 
 
 def test_cached_repo_resolves_to_its_policy_file(results: dict[str, dict[str, str]]) -> None:
-    found = results["hf://unity/3DBall"]
-    assert found["path"].endswith(f"models--unity--3DBall/snapshots/{COMMIT}/3DBall.onnx")
+    found = results["hf://unity/Ball"]
+    assert found["path"].endswith(f"models--unity--Ball/snapshots/{COMMIT}/Ball.onnx")
     assert found["sha256"] == results["ball_sha256"]["sha256"]
 
 
 def test_several_policy_files_must_be_named(results: dict[str, dict[str, str]]) -> None:
     assert results["hf://unity/two"]["error"] == (
-        "hf://unity/two: several policy files (3DBall.onnx, run/3DBall-500.onnx); name one, e.g. hf://unity/two/3DBall.onnx"
+        "hf://unity/two: several policy files (Ball.onnx, run/Ball-500.onnx); name one, e.g. hf://unity/two/Ball.onnx"
     )
-    assert results["hf://unity/two/run/3DBall-500.onnx"]["path"].endswith("run/3DBall-500.onnx")
+    assert results["hf://unity/two/run/Ball-500.onnx"]["path"].endswith("run/Ball-500.onnx")
 
 
 def test_offline_uncached_names_the_download_command(results: dict[str, dict[str, str]]) -> None:

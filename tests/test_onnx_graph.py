@@ -30,11 +30,11 @@ from harness.policies.onnx_graph import _check_operators, _newest_opset, _torchv
 from harness.policies.onnx_model import BUILD_BUDGET, read_model
 from tests.builders import OnnxableSB3Policy, save_with_external_data, tiny_graph
 from tests.helpers import assert_usage_error, cli
+from tests.third_party import BALL, BALL_TABLE
 
 TOL = 1e-6  # the rebuild against the torch module it was exported from
 REF_TOL = 1e-5  # the rebuild against onnxruntime
 ROWS = 256
-BALL = "mlagents-3DBall/3DBall.onnx"
 
 
 def observations(*sizes: int, seed: int = 0) -> tuple[np.ndarray, ...]:
@@ -324,8 +324,10 @@ def test_onnxruntime_on_the_original_file_agrees(graph: str, request: pytest.Fix
         assert set(ref) == {"mu"}
 
 
-def test_mlagents_export_goes_through_the_same_reference(cases: Path) -> None:
-    policy = load_policy(str(cases / BALL))
+@pytest.mark.parametrize("which", ["built", "3DBall"])
+def test_mlagents_export_goes_through_the_same_reference(which: str, request: pytest.FixtureRequest) -> None:
+    path = request.getfixturevalue("mlagents_export") if which == "built" else request.getfixturevalue("cases") / BALL
+    policy = load_policy(str(path))
     assert policy.info.source == "mlagents-onnx"
     obs = observations(8)
     obs[0][0] = 0.0
@@ -334,8 +336,8 @@ def test_mlagents_export_goes_through_the_same_reference(cases: Path) -> None:
     with torch.inference_mode():
         action = policy.deterministic_action(policy(torch.from_numpy(obs[0]))).numpy()
     assert np.abs(ref["action"] - action).max() <= REF_TOL
-    # deterministic_continuous_actions of a zero observation, from ../shared/cases/README.md
-    assert np.abs(ref["action"][0] - [-0.10264575, -0.03890847]).max() <= 1e-7
+    if which == "3DBall":  # deterministic_continuous_actions of a zero observation, from its table
+        assert np.abs(ref["action"][0] - BALL_TABLE[0][1]).max() <= 1e-7
 
 
 def test_onnxruntime_catches_a_changed_weight(sb3: tuple[object, Path]) -> None:

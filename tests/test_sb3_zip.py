@@ -1,4 +1,5 @@
-"""The Stable-Baselines3 loader against SB3's own policies, a real 1.0rc0 save, and bad files.
+"""The Stable-Baselines3 loader against SB3's own policies, 1.x-format saves (one built here, the
+real 1.0rc0 one where ../shared/cases is present), and bad files.
 
 Zips are saved by the installed SB3 from freshly built (untrained) models whose weights are
 redrawn from N(0, 1), so logits are large and every layer matters. Nothing is trained here.
@@ -7,6 +8,7 @@ redrawn from N(0, 1), so logits are large and every layer matters. Nothing is tr
 from __future__ import annotations
 
 import base64
+import importlib.util
 import io
 import json
 import pickle
@@ -30,15 +32,8 @@ from harness.errors import PolicyLoadError
 from harness.policies import load_policy
 from harness.policies import sb3_zip
 from harness.policies.sb3_zip import MAX_MEMBER_BYTES, load_sb3_zip
-from tests.builders import edit_data, rewrite_zip, save_sb3, sb3_head
-
-CASE_SHA256 = "83d0de1280428dbfe8b1d4db5b4ae8450e8b137759a454eed5149a7a995228c2"
-# ../shared/cases/README.md: logits by SB3 2.9.2's ActorCriticPolicy on CartPole-v1.zip.
-CASE_LOGITS = [
-    ([0.0, 0.0, 0.0, 0.0], [2.3038545, -2.2997918]),
-    ([0.5, 0.3, 0.1, -0.2], [-10.2276125, 10.2127905]),
-    ([-0.5, -0.3, -0.1, 0.2], [12.2140160, -12.1963778]),
-]
+from tests.builders import SB3Expert, edit_data, rewrite_zip, save_sb3, sb3_head, to_sb3_1x
+from tests.third_party import ZOO_LOGITS, ZOO_SHA256, ZOO_ZIP
 
 
 def _obs(size: int, n: int = 64) -> torch.Tensor:
@@ -134,15 +129,47 @@ def test_activation_found_in_pickled_bytes_without_unpickling(relu_zip: tuple[PP
     assert ", ReLU," in policy.info.detail
 
 
+def test_sb3_1x_save_loads_without_gym(sb3_expert: SB3Expert) -> None:
+    """A 1.0rc0-format save (gym spaces pickled, 1.x field names, no system_info.txt) reads from
+    its JSON alone, where SB3 2.x itself cannot load it (no module named 'gym')."""
+    members = zipfile.ZipFile(sb3_expert.zip).namelist()
+    assert "system_info.txt" not in members and "_stable_baselines3_version" in members
+    data = json.loads(zipfile.ZipFile(sb3_expert.zip).read("data"))
+    assert b"gym.spaces.box\x94\x8c\x03Box" in base64.b64decode(data["observation_space"][":serialized:"])
+    if importlib.util.find_spec("gym") is None:
+        with pytest.raises(ModuleNotFoundError, match="No module named 'gym'"):
+            PPO.load(sb3_expert.zip, device="cpu")
+    policy = load_sb3_zip(sb3_expert.zip)
+    obs = _obs(4, n=4096)
+    with torch.no_grad():
+        ours = policy(obs)
+    assert torch.max(torch.abs(ours - sb3_expert.logits(obs))).item() <= 1e-5
+    assert torch.max(torch.abs(ours)).item() > 18, "logits the size of the published expert's, or larger"
+    info = policy.info
+    assert info.detail == "SB3 1.0rc0, Tanh, pi [64, 64]"
+    assert (info.action_kind, info.obs_sizes, info.action_size) == ("discrete", (4,), 2)
+    assert info.obs_high is not None and info.obs_high[0] == pytest.approx(4.8) and info.obs_high[1] > 3e38
+
+
+def test_sb3_1x_rewrite_is_what_the_loader_reads_as_1x(relu_zip: tuple[PPO, Path], tmp_path: Path) -> None:
+    """The same weights in either format are the same policy; only the version read differs."""
+    _, path = relu_zip
+    old = load_sb3_zip(to_sb3_1x(path, tmp_path / "old.zip", version="1.8.0"))
+    obs = _obs(4)
+    with torch.no_grad():
+        assert torch.equal(old(obs), load_sb3_zip(path)(obs))
+    assert old.info.detail == "SB3 1.8.0, ReLU, pi [32, 16]"
+
+
 def test_sb3_1_0rc0_case_reproduces_its_logits(cases: Path) -> None:
-    path = cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip"
+    path = cases / ZOO_ZIP
     policy = load_sb3_zip(path)
-    obs = torch.tensor([row for row, _ in CASE_LOGITS])
-    expected = torch.tensor([logits for _, logits in CASE_LOGITS])
+    obs = torch.tensor([row for row, _ in ZOO_LOGITS])
+    expected = torch.tensor([logits for _, logits in ZOO_LOGITS])
     with torch.no_grad():
         assert torch.max(torch.abs(policy(obs) - expected)).item() <= 1e-5
     info = policy.info
-    assert info.sha256 == CASE_SHA256
+    assert info.sha256 == ZOO_SHA256
     assert info.detail == "SB3 1.0rc0, Tanh, pi [64, 64]"
     assert (info.action_kind, info.obs_sizes, info.action_size) == ("discrete", (4,), 2)
     assert info.obs_high is not None and info.obs_high[0] == pytest.approx(4.8)

@@ -28,7 +28,7 @@ from harness.errors import PolicyLoadError
 from harness.policies import cast_policy, load_policy
 from harness.policies import vecnormalize
 from harness.policies.vecnormalize import ALLOWED, read_vecnormalize
-from tests.builders import ZooRun, write_zoo_run
+from tests.builders import SB3Expert, ZooRun, write_zoo_run
 
 # Spreads of the test observations: typical, wide, and far outside training so clip_obs acts.
 SCALES = (0.1, 1.0, 10.0, 1000.0)
@@ -142,9 +142,9 @@ def test_norm_obs_false_is_recorded_and_not_applied(tmp_path: Path) -> None:
         assert torch.max(torch.abs(policy(torch.from_numpy(obs)) - sb3_logits(run.model, obs))).item() <= 1e-4
 
 
-def test_statistics_of_another_observation_size_are_refused(cases: Path, tmp_path: Path) -> None:
+def test_statistics_of_another_observation_size_are_refused(sb3_expert: SB3Expert, tmp_path: Path) -> None:
     policy = tmp_path / "CartPole-v1.zip"
-    policy.write_bytes((cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip").read_bytes())
+    policy.write_bytes(sb3_expert.zip.read_bytes())
     (tmp_path / "CartPole-v1").mkdir()
     VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1")])).save(tmp_path / "CartPole-v1" / "vecnormalize.pkl")
     problem = r"vecnormalize.pkl: normalizes 3 observation values, but CartPole-v1.zip takes 4$"
