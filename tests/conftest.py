@@ -102,6 +102,36 @@ def ray_head() -> Iterator[Head]:
         node.stop()
 
 
+# The default policies and the SB3 expert (its environment named by its args.yml), on a seed whose
+# large float16 batches reach the fixed table's bound: the float16 false alarm.
+CLEAN = (
+    "--policy",
+    "cartpole",
+    "--policy",
+    "huggy-arch",
+    "--dtypes",
+    "float32,float16",
+    "--episodes",
+    "2",
+    "--batch-sizes",
+    "1,8,4096",
+    "--seed",
+    "1",
+    "--cards",
+    "2",
+)
+# One fault per card; card 0 stays clean, so every other card is judged against an honest one.
+FAULTS = (
+    "--inject-fault",
+    "card1:perturb-weight",
+    "--inject-fault",
+    "card2:mkl-avx2",
+    "--inject-fault",
+    "card3:corrupt-weight",
+)
+CLEAN_RUN, FAULTS_RUN = "clean", "faults"
+
+
 @dataclass
 class SharedSweeps:
     """Real `harness sweep` runs into one results folder on the session's cluster, each run id
@@ -109,6 +139,8 @@ class SharedSweeps:
 
     results: Path
     head: Head
+    expert: Path  # the SB3 expert's zip (tests/builders.py)
+    mlagents: Path  # the ML-Agents export
     procs: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
 
     def run(self, run_id: str, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
@@ -133,7 +165,40 @@ class SharedSweeps:
             self.procs[run_id] = proc
         return self.procs[run_id]
 
+    def clean(self) -> Path:
+        """cartpole, huggy-arch and the SB3 expert on 2 cards, float32 and float16: it passes."""
+        self.run(CLEAN_RUN, *CLEAN, "--policy", str(self.expert))
+        return self.results
+
+    def faults(self) -> Path:
+        """cartpole, huggy-arch and the ML-Agents export on 4 cards, a fault on each of cards 1-3."""
+        # The clean run's seed and sizes, so that `report --compare` lines their float32 units up.
+        self.run(
+            FAULTS_RUN,
+            "--policy",
+            "cartpole",
+            "--policy",
+            "huggy-arch",
+            "--policy",
+            str(self.mlagents),
+            "--dtypes",
+            "float32",
+            "--episodes",
+            "2",
+            "--batch-sizes",
+            "1,8,4096",
+            "--seed",
+            "1",
+            "--cards",
+            "4",
+            *FAULTS,
+            expect=1,
+        )
+        return self.results
+
 
 @pytest.fixture(scope="session")
-def shared_sweeps(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> SharedSweeps:
-    return SharedSweeps(tmp_path_factory.mktemp("shared") / "results", ray_head)
+def shared_sweeps(
+    ray_head: Head, sb3_expert: builders.SB3Expert, mlagents_export: Path, tmp_path_factory: pytest.TempPathFactory
+) -> SharedSweeps:
+    return SharedSweeps(tmp_path_factory.mktemp("shared") / "results", ray_head, sb3_expert.zip, mlagents_export)

@@ -1,6 +1,6 @@
 """`harness query` and `harness.store.views` on Parquet written by a real sweep, and on hand-written rows.
 
-The real sweep is the session's shared clean run (tests/test_sweep.py); the error cases and the
+The real sweep is the session's shared clean run (tests/conftest.py); the error cases and the
 partial folders use rows written with `harness.store.writer.write_rows`, real Parquet in seconds.
 """
 
@@ -19,16 +19,14 @@ from harness.store.schema import SCHEMAS, TABLES
 from harness.store.views import load_dataframe, load_table
 from harness.store.writer import write_rows
 from tests.builders import bench_row
+from tests.conftest import CLEAN_RUN as CLEAN
 from tests.conftest import SharedSweeps
 from tests.helpers import assert_usage_error, cli
-from tests.test_sweep import clean_run
-
-CLEAN = "clean"
 
 
 @pytest.fixture(scope="module")
-def results(shared_sweeps: SharedSweeps, cases: Path) -> Path:
-    return clean_run(shared_sweeps, cases)
+def results(shared_sweeps: SharedSweeps) -> Path:
+    return shared_sweeps.clean()
 
 
 @pytest.fixture
