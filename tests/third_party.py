@@ -2,8 +2,8 @@
 and the facts measured on them that tests compare with.
 
 They are not ours to ship, so the repository never holds them: a test that needs their exact
-bytes asks for the `cases` fixture (tests/conftest.py). What a test needs of them other than
-their bytes it builds (tests/builders.py).
+bytes asks for the `cases` fixture (tests/conftest.py), which skips it where they are absent.
+CI has them. What a test needs of them other than their bytes it builds (tests/builders.py).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from tests.helpers import REPO
 
 CASES = REPO.parent / "shared" / "cases"
+ABSENT = f"the third-party cases are absent beside the checkout ({CASES}); CI has them"
 
 # The RL Zoo's PPO CartPole-v1, saved by SB3 1.0rc0 (DLR-RM/rl-trained-agents).
 ZOO_ZIP = "sb3-ppo-CartPole-v1/CartPole-v1.zip"
