@@ -1,5 +1,9 @@
-"""Shared test fixtures: the third-party cases beside the checkout, one Ray cluster for the whole
-session, and the sweeps that several test modules read, each run once.
+"""Shared test fixtures: the policy files the tests build (tests/builders.py), the third-party
+cases beside the checkout where they are present, one Ray cluster for the whole session, and the
+sweeps that several test modules read, each run once.
+
+Nothing here fails a session for a missing optional thing: without ../shared/cases the tests
+that need those exact bytes are skipped, saying why, and every other test runs on built files.
 
 `harness` is imported first: it sets the device-backend guard before any test module can
 import torch, so every test file also passes run alone where torch_npu is installed.
@@ -20,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import REPO, start_ray_node
+from tests import builders
+from tests.helpers import start_ray_node
 from tests.helpers import harness as run_harness
+from tests.third_party import ABSENT, CASES
 
-CASES = REPO.parent / "shared" / "cases"
 SESSION_CARDS = 4
 
 
@@ -37,9 +42,23 @@ def one_torch_thread() -> None:
 
 @pytest.fixture(scope="session")
 def cases() -> Path:
+    """../shared/cases, for the tests that need the third-party files' exact bytes; they are
+    skipped where it is absent (a clone alone), and run in CI, which has it."""
     if not CASES.is_dir():
-        pytest.fail(f"{CASES} is missing: the tests read the shared cases from beside the checkout")
+        pytest.skip(ABSENT)
     return CASES
+
+
+@pytest.fixture(scope="session")
+def sb3_expert(tmp_path_factory: pytest.TempPathFactory) -> builders.SB3Expert:
+    """The stand-in for the RL Zoo's CartPole-v1: an SB3 1.0rc0-format save in the RL Zoo layout."""
+    return builders.sb3_expert(tmp_path_factory.mktemp("sb3-expert"))
+
+
+@pytest.fixture(scope="session")
+def mlagents_export(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The stand-in for ML-Agents 3DBall: an ML-Agents v3 export, 8 observations, 2 x 128 Swish."""
+    return builders.mlagents_export(tmp_path_factory.mktemp("mlagents-export"))
 
 
 def free_port() -> int:
@@ -88,6 +107,36 @@ def ray_head() -> Iterator[Head]:
         node.stop()
 
 
+# The default policies and the SB3 expert (its environment named by its args.yml), on a seed whose
+# large float16 batches reach the fixed table's bound: the float16 false alarm.
+CLEAN = (
+    "--policy",
+    "cartpole",
+    "--policy",
+    "huggy-arch",
+    "--dtypes",
+    "float32,float16",
+    "--episodes",
+    "2",
+    "--batch-sizes",
+    "1,8,4096",
+    "--seed",
+    "1",
+    "--cards",
+    "2",
+)
+# One fault per card; card 0 stays clean, so every other card is judged against an honest one.
+FAULTS = (
+    "--inject-fault",
+    "card1:perturb-weight",
+    "--inject-fault",
+    "card2:mkl-avx2",
+    "--inject-fault",
+    "card3:corrupt-weight",
+)
+CLEAN_RUN, FAULTS_RUN = "clean", "faults"
+
+
 @dataclass
 class SharedSweeps:
     """Real `harness sweep` runs into one results folder on the session's cluster, each run id
@@ -95,6 +144,8 @@ class SharedSweeps:
 
     results: Path
     head: Head
+    expert: Path  # the SB3 expert's zip (tests/builders.py)
+    mlagents: Path  # the ML-Agents export
     procs: dict[str, subprocess.CompletedProcess[str]] = field(default_factory=dict)
 
     def run(self, run_id: str, *args: str, expect: int = 0) -> subprocess.CompletedProcess[str]:
@@ -119,7 +170,40 @@ class SharedSweeps:
             self.procs[run_id] = proc
         return self.procs[run_id]
 
+    def clean(self) -> Path:
+        """cartpole, huggy-arch and the SB3 expert on 2 cards, float32 and float16: it passes."""
+        self.run(CLEAN_RUN, *CLEAN, "--policy", str(self.expert))
+        return self.results
+
+    def faults(self) -> Path:
+        """cartpole, huggy-arch and the ML-Agents export on 4 cards, a fault on each of cards 1-3."""
+        # The clean run's seed and sizes, so that `report --compare` lines their float32 units up.
+        self.run(
+            FAULTS_RUN,
+            "--policy",
+            "cartpole",
+            "--policy",
+            "huggy-arch",
+            "--policy",
+            str(self.mlagents),
+            "--dtypes",
+            "float32",
+            "--episodes",
+            "2",
+            "--batch-sizes",
+            "1,8,4096",
+            "--seed",
+            "1",
+            "--cards",
+            "4",
+            *FAULTS,
+            expect=1,
+        )
+        return self.results
+
 
 @pytest.fixture(scope="session")
-def shared_sweeps(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> SharedSweeps:
-    return SharedSweeps(tmp_path_factory.mktemp("shared") / "results", ray_head)
+def shared_sweeps(
+    ray_head: Head, sb3_expert: builders.SB3Expert, mlagents_export: Path, tmp_path_factory: pytest.TempPathFactory
+) -> SharedSweeps:
+    return SharedSweeps(tmp_path_factory.mktemp("shared") / "results", ray_head, sb3_expert.zip, mlagents_export)

@@ -246,12 +246,12 @@ def test_cluster_yaml_is_valid_for_the_local_provider() -> None:
     )
 
 
-def test_onnx_with_wrong_shapes_is_exit_2(cases: Path, tmp_path: Path) -> None:
+def test_onnx_with_wrong_shapes_is_exit_2(mlagents_export: Path, tmp_path: Path) -> None:
     import numpy as np
     import onnx
     from onnx import numpy_helper
 
-    model = onnx.load(cases / "mlagents-3DBall" / "3DBall.onnx")
+    model = onnx.load(mlagents_export)
     gemm_weights = {n.input[1] for n in model.graph.node if n.op_type == "Gemm"}
     init = next(i for i in model.graph.initializer if i.name in gemm_weights)
     wrong = numpy_helper.to_array(init)[:, :-3].copy()  # three inputs short

@@ -17,9 +17,7 @@ from harness.errors import PolicyLoadError
 from harness.policies import CARTPOLE_ZIP, PolicySpec, load_policy
 from harness.policies.mlagents import HEAD, PROCESSORS
 from tests.helpers import assert_usage_error, cli
-from tests.test_mlagents import mlagents_state_dict
-from tests.test_onnx_graph import tiny_graph
-from tests.test_sb3_zip import _rewrite
+from tests.builders import mlagents_state_dict, rewrite_zip, tiny_graph
 
 
 def refused(spec: str | PolicySpec, problem: str) -> None:
@@ -35,7 +33,7 @@ def cartpole_with_nan(path: Path) -> Path:
     state["mlp_extractor.policy_net.0.weight"][0, :3] = float("nan")
     raw = io.BytesIO()
     torch.save(state, raw)
-    return _rewrite(CARTPOLE_ZIP, path, **{"policy.pth": raw.getvalue()})
+    return rewrite_zip(CARTPOLE_ZIP, path, **{"policy.pth": raw.getvalue()})
 
 
 def test_an_sb3_weight_with_nan_is_refused_by_name(tmp_path: Path) -> None:

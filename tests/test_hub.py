@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
+from tests.builders import HF_COMMIT as COMMIT
+from tests.builders import cache_repo
+
 RESOLVE = """
 import json, sys
 from harness.errors import UsageError
@@ -34,20 +36,6 @@ print(json.dumps(results))
 """
 
 
-def cache_repo(hf_home: Path, repo_id: str, files: dict[str, bytes]) -> None:
-    """Lay files out as huggingface_hub does: blobs by hash, a snapshot of symlinks, refs/main."""
-    repo = hf_home / "hub" / f"models--{repo_id.replace('/', '--')}"
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(COMMIT)
-    for name, content in files.items():
-        blob = repo / "blobs" / hashlib.sha256(content).hexdigest()
-        blob.parent.mkdir(exist_ok=True)
-        blob.write_bytes(content)
-        link = repo / "snapshots" / COMMIT / name
-        link.parent.mkdir(parents=True, exist_ok=True)
-        link.symlink_to(os.path.relpath(blob, link.parent))
-
-
 def resolve(hf_home: Path, *uris: str) -> dict[str, dict[str, str]]:
     env = {**os.environ, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"}
     env.pop("HF_HUB_CACHE", None)
@@ -57,27 +45,27 @@ def resolve(hf_home: Path, *uris: str) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def results(cases: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+def results(mlagents_export: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
     hf_home = tmp_path_factory.mktemp("hf_home")
-    ball = (cases / "mlagents-3DBall" / "3DBall.onnx").read_bytes()
-    cache_repo(hf_home, "unity/3DBall", {"3DBall.onnx": ball, "README.md": b"# 3DBall\n"})
-    cache_repo(hf_home, "unity/two", {"3DBall.onnx": ball, "run/3DBall-500.onnx": ball})
-    uris = ["hf://unity/3DBall", "hf://unity/two", "hf://unity/two/run/3DBall-500.onnx"]
+    ball = mlagents_export.read_bytes()
+    cache_repo(hf_home, "unity/Ball", {"Ball.onnx": ball, "README.md": b"# Ball\n"})
+    cache_repo(hf_home, "unity/two", {"Ball.onnx": ball, "run/Ball-500.onnx": ball})
+    uris = ["hf://unity/Ball", "hf://unity/two", "hf://unity/two/run/Ball-500.onnx"]
     uris += ["hf://unity/absent", "hf://unity"]
     return resolve(hf_home, *uris) | {"ball_sha256": {"sha256": hashlib.sha256(ball).hexdigest()}}
 
 
 def test_cached_repo_resolves_to_its_policy_file(results: dict[str, dict[str, str]]) -> None:
-    found = results["hf://unity/3DBall"]
-    assert found["path"].endswith(f"models--unity--3DBall/snapshots/{COMMIT}/3DBall.onnx")
+    found = results["hf://unity/Ball"]
+    assert found["path"].endswith(f"models--unity--Ball/snapshots/{COMMIT}/Ball.onnx")
     assert found["sha256"] == results["ball_sha256"]["sha256"]
 
 
 def test_several_policy_files_must_be_named(results: dict[str, dict[str, str]]) -> None:
     assert results["hf://unity/two"]["error"] == (
-        "hf://unity/two: several policy files (3DBall.onnx, run/3DBall-500.onnx); name one, e.g. hf://unity/two/3DBall.onnx"
+        "hf://unity/two: several policy files (Ball.onnx, run/Ball-500.onnx); name one, e.g. hf://unity/two/Ball.onnx"
     )
-    assert results["hf://unity/two/run/3DBall-500.onnx"]["path"].endswith("run/3DBall-500.onnx")
+    assert results["hf://unity/two/run/Ball-500.onnx"]["path"].endswith("run/Ball-500.onnx")
 
 
 def test_offline_uncached_names_the_download_command(results: dict[str, dict[str, str]]) -> None:

@@ -1,5 +1,6 @@
-"""ML-Agents loaders on real files: the shared 3DBall export, our own multi-input exports and
-checkpoints, each compared with onnxruntime; and the files they must refuse."""
+"""ML-Agents loaders on real files: an export of 3DBall's shape written here and, where
+../shared/cases is present, the real 3DBall export; our own multi-input exports and checkpoints,
+each compared with onnxruntime; and the files they must refuse."""
 
 from __future__ import annotations
 
@@ -20,19 +21,21 @@ from harness.policies import load_policy
 from harness.policies.base import NORMALIZER_CLAMP, PolicyNet
 from harness.policies.huggy import huggy_arch, huggy_state_dict
 from harness.policies.mlagents_onnx import load_mlagents_onnx
-from harness.policies.mlagents import BODY, HEAD, PROCESSORS
+from harness.policies.mlagents import HEAD, PROCESSORS
 from harness.policies.mlagents_pt import load_mlagents_pt
-from tests.test_onnx_graph import save_with_external_data
+from tests.builders import mlagents_state_dict, save_with_external_data
+from tests.third_party import BALL, BALL_SHA256, BALL_TABLE
 
-BALL = "mlagents-3DBall/3DBall.onnx"
-BALL_SHA256 = "496dc01d14506b635268fc62ff0d58a16be71fe3a83e47c1ac72984ce69a1864"
-# deterministic_continuous_actions by onnxruntime 1.32, from ../shared/cases/README.md
-BALL_TABLE = [
-    ([0.0] * 8, [-0.10264575, -0.03890847]),
-    ([0.1, -0.2, 0.3, -0.4, 0.5, -0.6, 0.7, -0.8], [-0.23106180, 0.03748217]),
-    ([1, 2, 3, 4, 5, 6, 7, 8], [0.32622960, -1.00000000]),
-]
 TOL = 1e-6
+
+
+@pytest.fixture(params=["built", "3DBall"])
+def ball(request: pytest.FixtureRequest) -> Path:
+    """An ML-Agents v3 export of 8 observations, 2 x 128 Swish and 2 actions: the one written
+    here, and the real 3DBall where ../shared/cases is present."""
+    if request.param == "3DBall":
+        return request.getfixturevalue("cases") / BALL
+    return request.getfixturevalue("mlagents_export")
 
 
 def act(policy: PolicyNet, *obs: np.ndarray) -> np.ndarray:
@@ -51,22 +54,6 @@ def observations(sizes: tuple[int, ...], seed: int = 0, rows: int = 256) -> list
     return [(rng.standard_normal((rows, n)) * 3).astype(np.float32) for n in sizes]
 
 
-def mlagents_state_dict(obs_sizes: tuple[int, ...], hidden: int, actions: int, seed: int) -> dict[str, torch.Tensor]:
-    """A SimpleActor state dict with one normalizer processor per observation input."""
-    gen = torch.Generator().manual_seed(seed)
-    state: dict[str, torch.Tensor] = {}
-    for i, n in enumerate(obs_sizes):
-        state[f"{PROCESSORS}.{i}.normalizer.running_mean"] = torch.randn(n, generator=gen)
-        state[f"{PROCESSORS}.{i}.normalizer.running_variance"] = torch.rand(n, generator=gen) * 5e4 + 1e3
-        state[f"{PROCESSORS}.{i}.normalizer.normalization_steps"] = torch.tensor(10_000)
-    sizes = [sum(obs_sizes), hidden, hidden, actions]
-    for name, n_in, n_out in zip([f"{BODY}.0", f"{BODY}.2", f"{HEAD}.mu"], sizes[:-1], sizes[1:], strict=True):
-        state[f"{name}.weight"] = torch.randn(n_out, n_in, generator=gen) * n_in**-0.5
-        state[f"{name}.bias"] = torch.randn(n_out, generator=gen) * 0.1
-    state[f"{HEAD}.log_sigma"] = torch.zeros(1, actions)
-    return state
-
-
 def edited(model: onnx.ModelProto, initializer: str, value: np.ndarray, out: Path) -> Path:
     """A copy of `model` with one initializer replaced, saved to `out`."""
     model = onnx.ModelProto.FromString(model.SerializeToString())
@@ -74,6 +61,31 @@ def edited(model: onnx.ModelProto, initializer: str, value: np.ndarray, out: Pat
     target.CopyFrom(numpy_helper.from_array(value, initializer))
     onnx.save(model, out)
     return out
+
+
+def producer(model: onnx.ModelProto, name: str) -> onnx.NodeProto | None:
+    return next((node for node in model.graph.node if name in node.output), None)
+
+
+def version_constant(model: onnx.ModelProto) -> str:
+    """The initializer the version_number output is an Identity of."""
+    node = producer(model, "version_number")
+    assert node is not None and node.op_type == "Identity"
+    return node.input[0]
+
+
+def gemm_weights(model: onnx.ModelProto) -> list[str]:
+    """The weight initializer of each Gemm, input to mu."""
+    return [node.input[1] for node in model.graph.node if node.op_type == "Gemm"]
+
+
+def normalizer_std(model: onnx.ModelProto) -> str:
+    """The constant the normalizer divides by (3DBall: onnx::Div_51, folded by the exporter)."""
+    return next(
+        node.input[1]
+        for node in model.graph.node
+        if node.op_type == "Div" and getattr(producer(model, node.input[0]), "op_type", None) == "Sub"
+    )
 
 
 def test_3dball_reproduces_the_table(cases: Path) -> None:
@@ -92,31 +104,40 @@ def test_3dball_records_what_it_is(cases: Path) -> None:
     assert not info.synthetic
 
 
-def test_3dball_matches_onnxruntime_and_the_check_catches_a_wrong_weight(cases: Path) -> None:
-    policy = load_mlagents_onnx(cases / BALL)
+def test_our_export_records_what_it_is(mlagents_export: Path) -> None:
+    info = load_mlagents_onnx(mlagents_export).info
+    assert (info.source, info.action_kind, info.obs_sizes, info.action_size) == ("mlagents-onnx", "continuous", (8,), 2)
+    assert info.sha256 == hashlib.sha256(mlagents_export.read_bytes()).hexdigest()
+    assert info.onnx_path == str(mlagents_export)
+    assert info.detail == "harness export v3, opset 9, 2 x 128 SiLU"
+
+
+def test_matches_onnxruntime_and_the_check_catches_a_wrong_weight(ball: Path) -> None:
+    policy = load_mlagents_onnx(ball)
     (obs,) = observations((8,), rows=2000)
-    reference = onnx_act(cases / BALL, obs)
+    reference = onnx_act(ball, obs)
     assert np.abs(act(policy, obs) - reference).max() <= TOL
     with torch.no_grad():
         policy.body[0].weight[0, 0] += 1e-3
     assert np.abs(act(policy, obs) - reference).max() > TOL
 
 
-def test_3dball_normalizer_is_the_folded_constant_not_a_guess(cases: Path) -> None:
+def test_normalizer_is_the_folded_constant_not_a_guess(ball: Path) -> None:
     # The rebuilt std must be the graph's Div constant; sqrt(var + eps) is the classic wrong guess.
-    policy = load_mlagents_onnx(cases / BALL)
-    graph = onnx.load(cases / BALL).graph
-    std = next(numpy_helper.to_array(t) for t in graph.initializer if t.name == "onnx::Div_51")
+    policy = load_mlagents_onnx(ball)
+    model = onnx.load(ball)
+    std = next(numpy_helper.to_array(t) for t in model.graph.initializer if t.name == normalizer_std(model))
     assert np.array_equal(policy.normalizer.std().numpy(), std)
 
 
-def test_clip_bounds_given_as_inputs_load_the_same(cases: Path, tmp_path: Path) -> None:
+def test_clip_bounds_given_as_inputs_load_the_same(ball: Path, tmp_path: Path) -> None:
     # From opset 11 on, Clip takes its bounds as inputs; onnx's own converter writes them so.
-    converted = onnx.version_converter.convert_version(onnx.load(cases / BALL), 13)
-    path = tmp_path / "3DBall-opset13.onnx"
+    converted = onnx.version_converter.convert_version(onnx.load(ball), 13)
+    assert not any(a.name == "min" for node in converted.graph.node if node.op_type == "Clip" for a in node.attribute)
+    path = tmp_path / "opset13.onnx"
     onnx.save(converted, path)
     (obs,) = observations((8,))
-    assert np.array_equal(act(load_mlagents_onnx(path), obs), act(load_mlagents_onnx(cases / BALL), obs))
+    assert np.array_equal(act(load_mlagents_onnx(path), obs), act(load_mlagents_onnx(ball), obs))
     assert "opset 13" in load_mlagents_onnx(path).info.detail
 
 
@@ -188,28 +209,29 @@ def test_unreadable_onnx_is_refused(content: bytes, problem: str, tmp_path: Path
     assert_one_line_error(error, path, problem)
 
 
-def test_onnx_with_wrong_version_or_shapes_is_refused(cases: Path, tmp_path: Path) -> None:
-    model = onnx.load(cases / BALL)
-    bad_version = edited(model, "version_number.1", np.array([4.0], np.float32), tmp_path / "v4.onnx")
+def test_onnx_with_wrong_version_or_shapes_is_refused(ball: Path, tmp_path: Path) -> None:
+    model = onnx.load(ball)
+    bad_version = edited(model, version_constant(model), np.array([4.0], np.float32), tmp_path / "v4.onnx")
     with pytest.raises(PolicyLoadError) as error:
         load_mlagents_onnx(bad_version)
     assert_one_line_error(error, bad_version, "model version [4.0], supported: 2, 3")
 
     weight = np.zeros((128, 64), np.float32)
-    bad_shape = edited(model, f"{BODY}.2.weight", weight, tmp_path / "shape.onnx")
+    bad_shape = edited(model, gemm_weights(model)[1], weight, tmp_path / "shape.onnx")
     with pytest.raises(PolicyLoadError) as error:
         load_mlagents_onnx(bad_shape)
     assert_one_line_error(error, bad_shape, "layer 1 has weight (128, 64)")
 
-    bad_std = edited(model, "onnx::Div_51", np.ones(7, np.float32), tmp_path / "std.onnx")
+    std = normalizer_std(model)
+    bad_std = edited(model, std, np.ones(7, np.float32), tmp_path / "std.onnx")
     with pytest.raises(PolicyLoadError) as error:
         load_mlagents_onnx(bad_std)
-    assert_one_line_error(error, bad_std, "normalizer std 'onnx::Div_51' is float32 [7], expected 8 floats")
+    assert_one_line_error(error, bad_std, f"normalizer std {std!r} is float32 [7], expected 8 floats")
 
 
-def test_onnx_with_truncated_weights_is_refused(cases: Path, tmp_path: Path) -> None:
-    model = onnx.load(cases / BALL)
-    weight = next(t for t in model.graph.initializer if t.name == f"{BODY}.2.weight")
+def test_onnx_with_truncated_weights_is_refused(ball: Path, tmp_path: Path) -> None:
+    model = onnx.load(ball)
+    weight = next(t for t in model.graph.initializer if t.name == gemm_weights(model)[1])
     weight.raw_data = weight.raw_data[:100]
     path = tmp_path / "truncated.onnx"
     onnx.save(model, path)
@@ -218,8 +240,8 @@ def test_onnx_with_truncated_weights_is_refused(cases: Path, tmp_path: Path) -> 
     assert_one_line_error(error, path, "malformed ONNX tensor (cannot reshape array of size 25 into shape (128,128))")
 
 
-def test_onnx_with_another_activation_is_refused(cases: Path, tmp_path: Path) -> None:
-    model = onnx.load(cases / BALL)
+def test_onnx_with_another_activation_is_refused(ball: Path, tmp_path: Path) -> None:
+    model = onnx.load(ball)
     next(node for node in model.graph.node if node.op_type == "Sigmoid").op_type = "Tanh"
     path = tmp_path / "tanh.onnx"
     onnx.save(model, path)

@@ -28,12 +28,13 @@ from harness.policies.base import PolicyNet
 from harness.policies.onnx_any import onnx_reference
 from harness.policies.onnx_graph import _check_operators, _newest_opset, _torchvision_loads
 from harness.policies.onnx_model import BUILD_BUDGET, read_model
+from tests.builders import OnnxableSB3Policy, save_with_external_data, tiny_graph
 from tests.helpers import assert_usage_error, cli
+from tests.third_party import BALL, BALL_TABLE
 
 TOL = 1e-6  # the rebuild against the torch module it was exported from
 REF_TOL = 1e-5  # the rebuild against onnxruntime
 ROWS = 256
-BALL = "mlagents-3DBall/3DBall.onnx"
 
 
 def observations(*sizes: int, seed: int = 0) -> tuple[np.ndarray, ...]:
@@ -72,17 +73,6 @@ def one_line_refusal(spec: PolicySpec | str, *words: str) -> None:
     assert "\n" not in message and message.startswith(f"{path}: "), message
     for word in words:
         assert word in message, message
-
-
-class OnnxableSB3Policy(nn.Module):
-    """SB3's documented export wrapper (docs: "Exporting models", ONNX, PPO)."""
-
-    def __init__(self, policy: nn.Module) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def forward(self, observation: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self.policy(observation, deterministic=True)
 
 
 class CleanRLActor(nn.Module):
@@ -334,8 +324,10 @@ def test_onnxruntime_on_the_original_file_agrees(graph: str, request: pytest.Fix
         assert set(ref) == {"mu"}
 
 
-def test_mlagents_export_goes_through_the_same_reference(cases: Path) -> None:
-    policy = load_policy(str(cases / BALL))
+@pytest.mark.parametrize("which", ["built", "3DBall"])
+def test_mlagents_export_goes_through_the_same_reference(which: str, request: pytest.FixtureRequest) -> None:
+    path = request.getfixturevalue("mlagents_export") if which == "built" else request.getfixturevalue("cases") / BALL
+    policy = load_policy(str(path))
     assert policy.info.source == "mlagents-onnx"
     obs = observations(8)
     obs[0][0] = 0.0
@@ -344,8 +336,8 @@ def test_mlagents_export_goes_through_the_same_reference(cases: Path) -> None:
     with torch.inference_mode():
         action = policy.deterministic_action(policy(torch.from_numpy(obs[0]))).numpy()
     assert np.abs(ref["action"] - action).max() <= REF_TOL
-    # deterministic_continuous_actions of a zero observation, from ../shared/cases/README.md
-    assert np.abs(ref["action"][0] - [-0.10264575, -0.03890847]).max() <= 1e-7
+    if which == "3DBall":  # deterministic_continuous_actions of a zero observation, from its table
+        assert np.abs(ref["action"][0] - BALL_TABLE[0][1]).max() <= 1e-7
 
 
 def test_onnxruntime_catches_a_changed_weight(sb3: tuple[object, Path]) -> None:
@@ -386,24 +378,6 @@ def test_newer_opset_is_refused(cleanrl: tuple[nn.Module, Path], folder: Path) -
     one_line_refusal(PolicySpec(str(path), action_kind="continuous"), f"opset {newer} is newer than onnx2torch converts")
 
 
-def tiny_graph(op: str, path: Path) -> Path:
-    """obs [batch, 4] -> Gemm -> `op` -> out [batch, 2], opset 17."""
-    weight = numpy_helper.from_array(np.ones((4, 2), np.float32), "weight")
-    nodes = [
-        helper.make_node("Gemm", ["obs", "weight"], ["gemm"], name="layer"),
-        helper.make_node(op, ["gemm"], ["out"], name="odd"),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "tiny",
-        [helper.make_tensor_value_info("obs", TensorProto.FLOAT, ["batch", 4])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", 2])],
-        [weight],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
-
-
 def test_unsupported_operator_is_refused_by_name(folder: Path) -> None:
     path = tiny_graph("Shrink", folder / "shrink.onnx")
     one_line_refusal(
@@ -421,13 +395,6 @@ def test_onnx2torch_loads_without_torchvision(folder: Path) -> None:
     nms = helper.make_node("NonMaxSuppression", ["boxes", "scores"], ["picked"], name="nms")
     with pytest.raises(ValueError, match="operator NonMaxSuppression \\(node 'nms'\\) needs torchvision"):
         _check_operators(helper.make_graph([nms], "nms", [], []), 17)
-
-
-def save_with_external_data(model: onnx.ModelProto, path: Path, location: str = "weights.bin") -> Path:
-    """`model` saved to `path` with every initializer's data in `location`, beside it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, location=location, size_threshold=0)
-    return path
 
 
 @contextlib.contextmanager

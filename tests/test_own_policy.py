@@ -14,8 +14,7 @@ import torch
 from harness.policies import CARTPOLE_ZIP
 from tests.conftest import Head
 from tests.helpers import cli, read_table
-from tests.test_onnx_graph import OnnxableSB3Policy
-from tests.test_vecnormalize import write_zoo_run
+from tests.builders import OnnxableSB3Policy, write_zoo_run
 
 pytestmark = pytest.mark.slow
 

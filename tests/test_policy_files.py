@@ -3,6 +3,7 @@ Hugging Face SB3 repository's model card and vec_normalize.pkl, in a folder and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -23,8 +24,8 @@ from harness.errors import PolicyLoadError
 from harness.policies import CARTPOLE_ZIP, PolicySpec, load_policy, with_found_env
 from harness.policies import policy_files
 from harness.policies.policy_files import find_env, model_card_env, read_run_file
-from tests.test_hub import cache_repo
-from tests.test_sb3_zip import CASE_LOGITS, CASE_SHA256
+from tests.builders import CARTPOLE_PPO, SB3Expert, cache_repo, redraw_weights
+from tests.third_party import ZOO_CONFIG, ZOO_LOGITS, ZOO_SHA256, ZOO_ZIP
 
 HF_ENV = "seals/CartPole-v0"
 HF_ZIP = "ppo-seals-CartPole-v0.zip"
@@ -58,23 +59,44 @@ This is a trained model of a **PPO** agent playing **{dataset}**.
 
 
 @pytest.fixture(scope="module")
-def case_zip(cases: Path) -> bytes:
-    return (cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip").read_bytes()
+def case_zip(sb3_expert: SB3Expert) -> bytes:
+    """An SB3 zip's bytes, to lay out beside other files."""
+    return sb3_expert.zip.read_bytes()
+
+
+def test_rl_zoo_folder_names_its_environment_and_keeps_its_logits(sb3_expert: SB3Expert) -> None:
+    policy = load_policy(str(sb3_expert.zip))
+    info = policy.info
+    assert (info.env_id, info.env_source) == ("CartPole-v1", "RL Zoo CartPole-v1/args.yml")
+    assert (info.obs_normalization, policy.normalizer) == ("", None)
+    assert info.sha256 == hashlib.sha256(sb3_expert.zip.read_bytes()).hexdigest()
+    obs = torch.tensor([row for row, _ in ZOO_LOGITS])
+    with torch.no_grad():
+        assert torch.max(torch.abs(policy(obs) - sb3_expert.logits(obs))).item() <= 1e-5
 
 
 def test_rl_zoo_case_names_its_environment_and_keeps_its_logits(cases: Path) -> None:
-    policy = load_policy(str(cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip"))
+    policy = load_policy(str(cases / ZOO_ZIP))
     info = policy.info
     assert (info.env_id, info.env_source) == ("CartPole-v1", "RL Zoo CartPole-v1/args.yml")
-    assert (info.sha256, info.obs_normalization, policy.normalizer) == (CASE_SHA256, "", None)
-    obs = torch.tensor([row for row, _ in CASE_LOGITS])
+    assert (info.sha256, info.obs_normalization, policy.normalizer) == (ZOO_SHA256, "", None)
+    obs = torch.tensor([row for row, _ in ZOO_LOGITS])
     with torch.no_grad():
-        assert torch.max(torch.abs(policy(obs) - torch.tensor([logits for _, logits in CASE_LOGITS]))).item() <= 1e-5
+        assert torch.max(torch.abs(policy(obs) - torch.tensor([logits for _, logits in ZOO_LOGITS]))).item() <= 1e-5
 
 
-def test_rl_zoo_run_files_read_as_plain_dicts(cases: Path) -> None:
-    config = read_run_file(cases / "sb3-ppo-CartPole-v1" / "CartPole-v1" / "config.yml")
-    assert type(config) is dict
+@pytest.fixture(params=["built", "third-party"])
+def zoo_config(request: pytest.FixtureRequest, sb3_expert: SB3Expert) -> Path:
+    """A config.yml as the RL Zoo writes it: ours, and the rl-trained-agents one where present."""
+    if request.param == "third-party":
+        return request.getfixturevalue("cases") / ZOO_CONFIG
+    return sb3_expert.zip.parent / "CartPole-v1" / "config.yml"
+
+
+def test_rl_zoo_run_files_read_as_plain_dicts(zoo_config: Path) -> None:
+    assert zoo_config.read_text().startswith("!!python/object/apply:collections.OrderedDict\n")
+    config = read_run_file(zoo_config)
+    assert type(config) is dict and list(config) == [key for key, _ in CARTPOLE_PPO]
     assert (config["policy"], config["n_envs"], config["learning_rate"]) == ("MlpPolicy", 8, "lin_0.001")
 
 
@@ -109,10 +131,7 @@ def hub_repo(tmp_path_factory: pytest.TempPathFactory) -> HubRepo:
     for _ in range(200):  # statistics of real observations; the policy itself needs no training
         venv.step(rng.integers(0, 2, size=1))
     model = PPO("MlpPolicy", venv, seed=0, device="cpu")
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.policy.parameters():
-            param.copy_(torch.randn(param.shape, generator=gen))
+    redraw_weights(model)
     folder = tmp_path_factory.mktemp("hub")
     model.save(folder / HF_ZIP)
     venv.save(folder / "vec_normalize.pkl")

@@ -1,6 +1,6 @@
 """`harness query` and `harness.store.views` on Parquet written by a real sweep, and on hand-written rows.
 
-The real sweep is the session's shared clean run (tests/test_sweep.py); the error cases and the
+The real sweep is the session's shared clean run (tests/conftest.py); the error cases and the
 partial folders use rows written with `harness.store.writer.write_rows`, real Parquet in seconds.
 """
 
@@ -15,40 +15,18 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.errors import UsageError
-from harness.store.schema import SCHEMAS, TABLES, BenchRow
+from harness.store.schema import SCHEMAS, TABLES
 from harness.store.views import load_dataframe, load_table
 from harness.store.writer import write_rows
+from tests.builders import bench_row
+from tests.conftest import CLEAN_RUN as CLEAN
 from tests.conftest import SharedSweeps
 from tests.helpers import assert_usage_error, cli
-from tests.test_sweep import clean_run
-
-CLEAN = "clean"
-
-
-def bench_row(**changes: object) -> BenchRow:
-    base = dict(
-        policy="cartpole",
-        dtype="float32",
-        device="sim-cpu0",
-        n_cards=1,
-        batch_size=8,
-        mode="latency",
-        first_call_ms=130.0,
-        p50_ms=0.9,
-        p95_ms=1.1,
-        p99_ms=1.3,
-        mean_ms=0.95,
-        decisions_per_s=8600.0,
-        scaling_efficiency=None,
-        timing="device",
-        detail="",
-    )
-    return BenchRow(**(base | changes))
 
 
 @pytest.fixture(scope="module")
-def results(shared_sweeps: SharedSweeps, cases: Path) -> Path:
-    return clean_run(shared_sweeps, cases)
+def results(shared_sweeps: SharedSweeps) -> Path:
+    return shared_sweeps.clean()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 from harness.store.views import connect, load_table
 from harness.store.writer import write_rows
 from tests.helpers import assert_usage_error, cli
-from tests.test_query import bench_row
+from tests.builders import bench_row
 
 SECRET = "outside-the-results-7f3a"
 PERMISSION = "Permission Error"

@@ -1,5 +1,5 @@
 """`harness report` and `--compare` on the session's real clean sweep and its real sweep with a
-fault on each of three cards (tests/test_sweep.py).
+fault on each of three cards (tests/conftest.py, tests/test_sweep.py).
 
 Bench rows are written with `harness.store.writer.write_rows` (real Parquet), since the numbers a
 plot draws need not come from a timed run. The HTML page is parsed; its images must exist and load.
@@ -16,12 +16,12 @@ import pytest
 
 from harness.store.schema import CheckRow
 from harness.store.writer import write_rows
+from tests.builders import bench_row
+from tests.conftest import CLEAN_RUN as CLEAN
+from tests.conftest import FAULTS_RUN as FAULTY
 from tests.conftest import SharedSweeps
 from tests.helpers import assert_usage_error, cli
-from tests.test_query import CLEAN, bench_row
-from tests.test_sweep import clean_run, faults_run
 
-FAULTY = "faults"
 SLOWER = "t-bench-slower"  # a bench-only run whose throughput is half the clean run's
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -58,10 +58,10 @@ def bench_rows(scale: float) -> list:
 
 
 @pytest.fixture(scope="module")
-def results(shared_sweeps: SharedSweeps, cases: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def results(shared_sweeps: SharedSweeps, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The shared sweeps, copied so that the bench rows added here stay out of test_query's view."""
-    clean_run(shared_sweeps, cases)
-    shared = faults_run(shared_sweeps, cases)
+    shared_sweeps.clean()
+    shared = shared_sweeps.faults()
     mine = tmp_path_factory.mktemp("report") / "results"
     shutil.copytree(shared, mine, ignore=shutil.ignore_patterns(".staging"))
     write_rows(mine, "bench", CLEAN, bench_rows(1.0))

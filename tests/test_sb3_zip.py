@@ -1,4 +1,5 @@
-"""The Stable-Baselines3 loader against SB3's own policies, a real 1.0rc0 save, and bad files.
+"""The Stable-Baselines3 loader against SB3's own policies, 1.x-format saves (one built here, the
+real 1.0rc0 one where ../shared/cases is present), and bad files.
 
 Zips are saved by the installed SB3 from freshly built (untrained) models whose weights are
 redrawn from N(0, 1), so logits are large and every layer matters. Nothing is trained here.
@@ -7,6 +8,7 @@ redrawn from N(0, 1), so logits are large and every layer matters. Nothing is tr
 from __future__ import annotations
 
 import base64
+import importlib.util
 import io
 import json
 import pickle
@@ -30,53 +32,12 @@ from harness.errors import PolicyLoadError
 from harness.policies import load_policy
 from harness.policies import loader, sb3_zip
 from harness.policies.sb3_zip import MAX_MEMBER_BYTES, load_sb3_zip
-
-CASE_SHA256 = "83d0de1280428dbfe8b1d4db5b4ae8450e8b137759a454eed5149a7a995228c2"
-# ../shared/cases/README.md: logits by SB3 2.9.2's ActorCriticPolicy on CartPole-v1.zip.
-CASE_LOGITS = [
-    ([0.0, 0.0, 0.0, 0.0], [2.3038545, -2.2997918]),
-    ([0.5, 0.3, 0.1, -0.2], [-10.2276125, 10.2127905]),
-    ([-0.5, -0.3, -0.1, 0.2], [12.2140160, -12.1963778]),
-]
-
-
-def _save(model: BaseAlgorithm, path: Path, seed: int = 0) -> Path:
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for param in model.policy.parameters():
-            param.copy_(torch.randn(param.shape, generator=gen))
-    model.save(path)
-    return path
-
-
-def _sb3_head(model: BaseAlgorithm, obs: torch.Tensor) -> torch.Tensor:
-    """What SB3 itself computes: action_net(mlp_extractor.forward_actor(features))."""
-    policy = model.policy
-    with torch.no_grad():
-        features = policy.extract_features(obs, policy.pi_features_extractor)
-        return policy.action_net(policy.mlp_extractor.forward_actor(features))
+from tests.builders import SB3Expert, edit_data, rewrite_zip, save_sb3, sb3_head, to_sb3_1x
+from tests.third_party import ZOO_LOGITS, ZOO_SHA256, ZOO_ZIP
 
 
 def _obs(size: int, n: int = 64) -> torch.Tensor:
     return torch.randn(n, size, generator=torch.Generator().manual_seed(1)) * 2
-
-
-def _rewrite(src: Path, dst: Path, **members: bytes | None) -> Path:
-    """Copy an SB3 zip, replacing members (None drops one)."""
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
-        for name in zin.namelist():
-            if name not in members:
-                zout.writestr(name, zin.read(name))
-        for name, content in members.items():
-            if content is not None:
-                zout.writestr(name, content)
-    return dst
-
-
-def _edit_data(src: Path, dst: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
-    data = json.loads(zipfile.ZipFile(src).read("data"))
-    edit(data)
-    return _rewrite(src, dst, data=json.dumps(data).encode())
 
 
 def _relu_model() -> PPO:
@@ -87,7 +48,7 @@ def _relu_model() -> PPO:
 @pytest.fixture(scope="module")
 def relu_zip(tmp_path_factory: pytest.TempPathFactory) -> tuple[PPO, Path]:
     model = _relu_model()
-    return model, _save(model, tmp_path_factory.mktemp("sb3") / "relu.zip")
+    return model, save_sb3(model, tmp_path_factory.mktemp("sb3") / "relu.zip")
 
 
 MODELS: dict[str, Callable[[], BaseAlgorithm]] = {
@@ -109,14 +70,14 @@ def test_matches_sb3_actor_critic_policy(kind: str, tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # SB3 2.x warns about the 1.x list form, which we want
         model = MODELS[kind]()
-    path = _save(model, tmp_path / f"{kind}.zip")
+    path = save_sb3(model, tmp_path / f"{kind}.zip")
     policy = load_sb3_zip(path)
     obs = _obs(policy.info.obs_size)
 
     with torch.no_grad():
         ours = policy(obs)
     assert ours.shape == (64, policy.info.action_size)
-    assert torch.max(torch.abs(ours - _sb3_head(model, obs))).item() <= 1e-6
+    assert torch.max(torch.abs(ours - sb3_head(model, obs))).item() <= 1e-6
     assert [name for name, _ in policy.named_children()] == ["body", "head"]
     if policy.info.action_kind == "discrete":
         predicted, _ = model.predict(obs.numpy(), deterministic=True)
@@ -145,38 +106,70 @@ def test_sb3_1x_shared_layers(relu_zip: tuple[PPO, Path], tmp_path: Path) -> Non
     }
     buffer = io.BytesIO()
     torch.save(renamed, buffer)
-    shared = _rewrite(path, tmp_path / "shared.zip", **{"policy.pth": buffer.getvalue()})
-    shared = _edit_data(
+    shared = rewrite_zip(path, tmp_path / "shared.zip", **{"policy.pth": buffer.getvalue()})
+    shared = edit_data(
         shared, tmp_path / "shared-1x.zip", lambda d: d["policy_kwargs"].update(net_arch=[32, {"pi": [16], "vf": [8]}])
     )
 
     policy = load_sb3_zip(shared)
     obs = _obs(4)
     with torch.no_grad():
-        assert torch.max(torch.abs(policy(obs) - _sb3_head(model, obs))).item() <= 1e-6
+        assert torch.max(torch.abs(policy(obs) - sb3_head(model, obs))).item() <= 1e-6
     assert "shared [32], pi [16]" in policy.info.detail
 
 
 def test_activation_found_in_pickled_bytes_without_unpickling(relu_zip: tuple[PPO, Path], tmp_path: Path) -> None:
     """With only the `:serialized:` pickle to go on, ReLU is read out of its bytes."""
     model, path = relu_zip
-    edited = _edit_data(path, tmp_path / "pickled.zip", lambda d: d["policy_kwargs"].pop("activation_fn"))
+    edited = edit_data(path, tmp_path / "pickled.zip", lambda d: d["policy_kwargs"].pop("activation_fn"))
     policy = load_sb3_zip(edited)
     obs = _obs(4)
     with torch.no_grad():
-        assert torch.max(torch.abs(policy(obs) - _sb3_head(model, obs))).item() <= 1e-6
+        assert torch.max(torch.abs(policy(obs) - sb3_head(model, obs))).item() <= 1e-6
     assert ", ReLU," in policy.info.detail
 
 
+def test_sb3_1x_save_loads_without_gym(sb3_expert: SB3Expert) -> None:
+    """A 1.0rc0-format save (gym spaces pickled, 1.x field names, no system_info.txt) reads from
+    its JSON alone, where SB3 2.x itself cannot load it (no module named 'gym')."""
+    members = zipfile.ZipFile(sb3_expert.zip).namelist()
+    assert "system_info.txt" not in members and "_stable_baselines3_version" in members
+    data = json.loads(zipfile.ZipFile(sb3_expert.zip).read("data"))
+    assert b"gym.spaces.box\x94\x8c\x03Box" in base64.b64decode(data["observation_space"][":serialized:"])
+    if importlib.util.find_spec("gym") is None:
+        with pytest.raises(ModuleNotFoundError, match="No module named 'gym'"):
+            PPO.load(sb3_expert.zip, device="cpu")
+    policy = load_sb3_zip(sb3_expert.zip)
+    obs = _obs(4, n=4096)
+    with torch.no_grad():
+        ours = policy(obs)
+    assert torch.max(torch.abs(ours - sb3_expert.logits(obs))).item() <= 1e-5
+    assert torch.max(torch.abs(ours)).item() > 18, "logits the size of the published expert's, or larger"
+    info = policy.info
+    assert info.detail == "SB3 1.0rc0, Tanh, pi [64, 64]"
+    assert (info.action_kind, info.obs_sizes, info.action_size) == ("discrete", (4,), 2)
+    assert info.obs_high is not None and info.obs_high[0] == pytest.approx(4.8) and info.obs_high[1] > 3e38
+
+
+def test_sb3_1x_rewrite_is_what_the_loader_reads_as_1x(relu_zip: tuple[PPO, Path], tmp_path: Path) -> None:
+    """The same weights in either format are the same policy; only the version read differs."""
+    _, path = relu_zip
+    old = load_sb3_zip(to_sb3_1x(path, tmp_path / "old.zip", version="1.8.0"))
+    obs = _obs(4)
+    with torch.no_grad():
+        assert torch.equal(old(obs), load_sb3_zip(path)(obs))
+    assert old.info.detail == "SB3 1.8.0, ReLU, pi [32, 16]"
+
+
 def test_sb3_1_0rc0_case_reproduces_its_logits(cases: Path) -> None:
-    path = cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip"
+    path = cases / ZOO_ZIP
     policy = load_sb3_zip(path)
-    obs = torch.tensor([row for row, _ in CASE_LOGITS])
-    expected = torch.tensor([logits for _, logits in CASE_LOGITS])
+    obs = torch.tensor([row for row, _ in ZOO_LOGITS])
+    expected = torch.tensor([logits for _, logits in ZOO_LOGITS])
     with torch.no_grad():
         assert torch.max(torch.abs(policy(obs) - expected)).item() <= 1e-5
     info = policy.info
-    assert info.sha256 == CASE_SHA256
+    assert info.sha256 == ZOO_SHA256
     assert info.detail == "SB3 1.0rc0, Tanh, pi [64, 64]"
     assert (info.action_kind, info.obs_sizes, info.action_size) == ("discrete", (4,), 2)
     high = info.inputs[0].high
@@ -210,11 +203,11 @@ def test_pickle_payload_is_never_executed(relu_zip: tuple[PPO, Path], tmp_path: 
             if isinstance(value, dict) and ":serialized:" in value:
                 value[":serialized:"] = _payload(marker)
 
-    in_data = _edit_data(path, tmp_path / "in-data.zip", poison)
+    in_data = edit_data(path, tmp_path / "in-data.zip", poison)
     assert load_sb3_zip(in_data).info.detail.endswith("ReLU, pi [32, 16]")
     buffer = io.BytesIO()
     torch.save({"action_net.weight": _CreatesFile(marker)}, buffer)
-    in_weights = _rewrite(path, tmp_path / "in-weights.zip", **{"policy.pth": buffer.getvalue()})
+    in_weights = rewrite_zip(path, tmp_path / "in-weights.zip", **{"policy.pth": buffer.getvalue()})
     with pytest.raises(PolicyLoadError, match=r"policy\.pth is not a plain torch state dict"):
         load_sb3_zip(in_weights)
     assert not marker.exists()
@@ -243,15 +236,15 @@ def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
     PPO("CnnPolicy", _ImageEnv(), n_steps=8, batch_size=8, device="cpu").save(cnn)
 
     def data(name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
-        return _edit_data(src, tmp / f"{name}.zip", edit)
+        return edit_data(src, tmp / f"{name}.zip", edit)
 
     kwargs = "policy_kwargs"
     return {
         "missing": (tmp / "nowhere.zip", "no such file"),
         "not-zip": (text, "not a zip file"),
-        "no-policy": (_rewrite(src, tmp / "no-policy.zip", **{"policy.pth": None}), "zip has no policy.pth"),
-        "no-data": (_rewrite(src, tmp / "no-data.zip", data=None), "zip has no data"),
-        "data-not-json": (_rewrite(src, tmp / "bad-json.zip", data=b"{'policy': nope"), "data is not JSON"),
+        "no-policy": (rewrite_zip(src, tmp / "no-policy.zip", **{"policy.pth": None}), "zip has no policy.pth"),
+        "no-data": (rewrite_zip(src, tmp / "no-data.zip", data=None), "zip has no data"),
+        "data-not-json": (rewrite_zip(src, tmp / "bad-json.zip", data=b"{'policy': nope"), "data is not JSON"),
         "fewer-layers": (data("fewer", lambda d: d[kwargs].update(net_arch={"pi": [32]})), "declares 1"),
         "wider-layer": (
             data("wider", lambda d: d[kwargs].update(net_arch={"pi": [32, 20]})),
@@ -274,9 +267,9 @@ def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
             "net_arch only inside a pickle",
         ),
         "cnn": (cnn, "ActorCriticCnnPolicy is not an MLP"),
-        "bomb-ratio": (_rewrite(src, tmp / "bomb.zip", data=padded.encode()), "looks like a zip bomb"),
+        "bomb-ratio": (rewrite_zip(src, tmp / "bomb.zip", data=padded.encode()), "looks like a zip bomb"),
         "oversized": (
-            _rewrite(src, tmp / "huge.zip", **{"policy.pth": bytes(MAX_MEMBER_BYTES + 1)}),
+            rewrite_zip(src, tmp / "huge.zip", **{"policy.pth": bytes(MAX_MEMBER_BYTES + 1)}),
             "policy.pth is 67108865 bytes uncompressed, over the",
         ),
     }
@@ -320,7 +313,7 @@ def test_zip_over_the_size_limit_is_refused(relu_zip: tuple[PPO, Path], monkeypa
 
 def _with_empty_members(src: Path, dst: Path, n: int) -> Path:
     """An SB3 zip with `n` empty members added, as a zip of millions of them is built."""
-    _rewrite(src, dst)
+    rewrite_zip(src, dst)
     with zipfile.ZipFile(dst, "a") as zf:
         for i in range(n):
             zf.writestr(f"e{i}", b"")

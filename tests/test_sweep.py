@@ -14,76 +14,14 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
+from tests.builders import EXPERT_ZIP, MLAGENTS_EXPORT
 from tests.conftest import Head, SharedSweeps
 from tests.helpers import cli, duckdb_rows, read_table
+from tests.third_party import BALL, BALL_SHA256, ZOO_SHA256, ZOO_ZIP
 
 pytestmark = pytest.mark.slow
 
-# The default policies and the RL Zoo's CartPole-v1 (its environment named by its args.yml), on
-# a seed whose large float16 batch reaches the fixed table's bound: the float16 false alarm.
-CLEAN = (
-    "--policy",
-    "cartpole",
-    "--policy",
-    "huggy-arch",
-    "--dtypes",
-    "float32,float16",
-    "--episodes",
-    "2",
-    "--batch-sizes",
-    "1,8,4096",
-    "--seed",
-    "1",
-    "--cards",
-    "2",
-)
-# One fault per card; card 0 stays clean, so every other card is judged against an honest one.
-FAULTS = (
-    "--inject-fault",
-    "card1:perturb-weight",
-    "--inject-fault",
-    "card2:mkl-avx2",
-    "--inject-fault",
-    "card3:corrupt-weight",
-)
 CRASHES = ("--inject-fault", "card1:crash-once", "--inject-fault", "card2:crash-always")
-
-
-def rl_zoo_case(cases: Path) -> str:
-    return str(cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip")
-
-
-def clean_run(sweeps: SharedSweeps, cases: Path) -> Path:
-    sweeps.run("clean", *CLEAN, "--policy", rl_zoo_case(cases))
-    return sweeps.results
-
-
-def faults_run(sweeps: SharedSweeps, cases: Path) -> Path:
-    """cartpole, huggy-arch and the ML-Agents 3DBall export on 4 cards, a fault on each of cards 1-3."""
-    onnx = str(cases / "mlagents-3DBall" / "3DBall.onnx")
-    # The clean run's seed and sizes, so that `report --compare` lines their float32 units up.
-    sweeps.run(
-        "faults",
-        "--policy",
-        "cartpole",
-        "--policy",
-        "huggy-arch",
-        "--policy",
-        onnx,
-        "--dtypes",
-        "float32",
-        "--episodes",
-        "2",
-        "--batch-sizes",
-        "1,8,4096",
-        "--seed",
-        "1",
-        "--cards",
-        "4",
-        *FAULTS,
-        expect=1,
-    )
-    return sweeps.results
 
 
 def _rows(results: Path, table: str, run_id: str) -> list[dict]:
@@ -99,8 +37,8 @@ def _name(row: dict) -> str:
     return row["policy"].rsplit("/", 1)[-1]
 
 
-def test_clean_sweep_passes_and_writes_every_table(shared_sweeps: SharedSweeps, cases: Path) -> None:
-    results = clean_run(shared_sweeps, cases)
+def test_clean_sweep_passes_and_writes_every_table(shared_sweeps: SharedSweeps) -> None:
+    results = shared_sweeps.clean()
     assert "run clean: PASSED" in shared_sweeps.procs["clean"].stdout
     checks = _rows(results, "checks", "clean")
     assert {r["kind"] for r in checks} == {
@@ -135,12 +73,12 @@ def test_clean_sweep_passes_and_writes_every_table(shared_sweeps: SharedSweeps, 
     assert {"float64", "float32", "float16"} <= set(summary["reference_s"])
 
 
-def test_the_float16_false_alarm_is_a_finding_not_a_failure(shared_sweeps: SharedSweeps, cases: Path) -> None:
-    results = clean_run(shared_sweeps, cases)
+def test_the_float16_false_alarm_is_a_finding_not_a_failure(shared_sweeps: SharedSweeps) -> None:
+    results = shared_sweeps.clean()
     rows = [
         r
         for r in _rows(results, "checks", "clean")
-        if _name(r) == "CartPole-v1.zip" and r["dtype"] == "float16" and r["output"] == "logits"
+        if _name(r) == EXPERT_ZIP and r["dtype"] == "float16" and r["output"] == "logits"
     ]
     table = [r for r in rows if r["kind"] == "tolerance" and not r["passed"]]
     assert table and all(not r["gating"] for r in table)
@@ -149,19 +87,19 @@ def test_the_float16_false_alarm_is_a_finding_not_a_failure(shared_sweeps: Share
     assert "finding" in shared_sweeps.procs["clean"].stdout
 
 
-def test_episodes_for_every_policy_with_an_environment_in_lockstep(shared_sweeps: SharedSweeps, cases: Path) -> None:
-    results = clean_run(shared_sweeps, cases)
+def test_episodes_for_every_policy_with_an_environment_in_lockstep(shared_sweeps: SharedSweeps) -> None:
+    results = shared_sweeps.clean()
     episodes = _rows(results, "episodes", "clean")
     by_policy = {_name(e): e["env_id"] for e in episodes}
-    assert by_policy == {"cartpole": "seals/CartPole-v0", "CartPole-v1.zip": "CartPole-v1"}  # the RL Zoo's args.yml, no --env
+    assert by_policy == {"cartpole": "seals/CartPole-v0", EXPERT_ZIP: "CartPole-v1"}  # the RL Zoo's args.yml, no --env
     # 2 policies x 2 dtypes x 2 modes x 2 seeds x (2 cards + the CPU reference)
     assert len(episodes) == 2 * 2 * 2 * 2 * 3
     assert {(e["batching"], e["batch_size"]) for e in episodes} == {("lockstep", 2)}
     assert {e["length"] for e in episodes if e["env_id"] == "seals/CartPole-v0"} == {500}
 
 
-def test_duckdb_reads_the_same_rows(shared_sweeps: SharedSweeps, cases: Path) -> None:
-    results = clean_run(shared_sweeps, cases)
+def test_duckdb_reads_the_same_rows(shared_sweeps: SharedSweeps) -> None:
+    results = shared_sweeps.clean()
     [(n, failed)] = duckdb_rows(
         results, "SELECT count(*), count(*) FILTER (WHERE gating AND NOT passed) FROM checks WHERE run_id = 'clean'", "checks"
     )
@@ -175,8 +113,55 @@ def test_duckdb_reads_the_same_rows(shared_sweeps: SharedSweeps, cases: Path) ->
     assert not list(results.glob(".staging/clean*")), "staging is removed once the run is written"
 
 
-def test_perturbed_weight_fails_cross_card_only_and_names_the_layer(shared_sweeps: SharedSweeps, cases: Path) -> None:
-    results = faults_run(shared_sweeps, cases)
+def test_the_third_party_policies_sweep_as_their_stand_ins_do(cases: Path, ray_head: Head, tmp_path: Path) -> None:
+    """The real RL Zoo CartPole-v1 (SB3 1.0rc0) and ML-Agents 3DBall, swept on one card: what the
+    shared sweeps show on their stand-ins holds for them, and the published expert balances the pole."""
+    zoo, ball = cases / ZOO_ZIP, cases / BALL
+    proc = cli(
+        "sweep",
+        "--policy",
+        str(zoo),
+        "--policy",
+        str(ball),
+        "--dtypes",
+        "float32,float16",
+        "--episodes",
+        "1",
+        "--batch-sizes",
+        "4096",
+        "--seed",
+        "1",
+        "--accelerator",
+        "cpu",
+        "--cards",
+        "1",
+        "--no-progress",
+        "--address",
+        ray_head.address,
+        "--results",
+        str(tmp_path),
+        "--run-id",
+        "third-party",
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "run third-party: PASSED" in proc.stdout and "finding" in proc.stdout
+    [run] = _rows(tmp_path, "runs", "third-party")
+    policies = {p["name"]: p for p in json.loads(run["policies"])}
+    assert (policies[str(zoo)]["sha256"], policies[str(ball)]["sha256"]) == (ZOO_SHA256, BALL_SHA256)
+    checks = _rows(tmp_path, "checks", "third-party")
+    zoo16 = [r for r in checks if r["policy"] == str(zoo) and r["dtype"] == "float16" and r["output"] == "logits"]
+    assert any(r["kind"] == "tolerance" and not r["passed"] and not r["gating"] for r in zoo16), "the float16 false alarm"
+    port = [r for r in zoo16 if r["kind"] == "cpu_reference"]
+    assert port and all(r["passed"] for r in port)
+    loader = [r for r in checks if r["kind"] == "onnx_reference" and r["policy"] == str(ball)]
+    assert loader and all(r["passed"] and r["gating"] for r in loader)
+    episodes = _rows(tmp_path, "episodes", "third-party")
+    assert {e["env_id"] for e in episodes} == {"CartPole-v1"}  # its args.yml names it; 3DBall names none
+    assert {e["episode_return"] for e in episodes if e["mode"] == "deterministic"} == {500.0}
+
+
+def test_perturbed_weight_fails_cross_card_only_and_names_the_layer(shared_sweeps: SharedSweeps) -> None:
+    results = shared_sweeps.faults()
     failed = [r for r in _failed(results, "faults") if r["device_a"] == "sim-cpu1" and r["gating"]]
     assert failed and {r["kind"] for r in failed} == {"cross_card"}
     assert all(
@@ -192,8 +177,8 @@ def test_perturbed_weight_fails_cross_card_only_and_names_the_layer(shared_sweep
     assert "FAIL" in shared_sweeps.procs["faults"].stdout
 
 
-def test_an_honest_other_gemm_path_fails_cross_card_but_passes_the_port(shared_sweeps: SharedSweeps, cases: Path) -> None:
-    results = faults_run(shared_sweeps, cases)
+def test_an_honest_other_gemm_path_fails_cross_card_but_passes_the_port(shared_sweeps: SharedSweeps) -> None:
+    results = shared_sweeps.faults()
     rows = [r for r in _rows(results, "checks", "faults") if r["device_a"] == "sim-cpu2"]
     assert {r["kind"] for r in rows if r["gating"] and not r["passed"]} == {"cross_card"}
     port = [r for r in rows if r["kind"] == "cpu_reference" and r["policy"] == "huggy-arch"]
@@ -203,22 +188,22 @@ def test_an_honest_other_gemm_path_fails_cross_card_but_passes_the_port(shared_s
     assert card2["runtime"]["mkl_cbwr"] == "AVX2" and card2["faults"] == ["card2:mkl-avx2"]
 
 
-def test_a_corrupt_weight_fails_the_port_and_the_decisions(shared_sweeps: SharedSweeps, cases: Path) -> None:
-    results = faults_run(shared_sweeps, cases)
+def test_a_corrupt_weight_fails_the_port_and_the_decisions(shared_sweeps: SharedSweeps) -> None:
+    results = shared_sweeps.faults()
     failed = [r for r in _failed(results, "faults") if r["device_a"] == "sim-cpu3"]
     kinds = {(_name(r), r["kind"]) for r in failed}
     assert {
-        ("3DBall.onnx", "cross_card"),
-        ("3DBall.onnx", "cpu_reference"),
+        (MLAGENTS_EXPORT, "cross_card"),
+        (MLAGENTS_EXPORT, "cpu_reference"),
         ("cartpole", "cpu_reference"),
         ("cartpole", "decisions"),
     } <= kinds
-    port = next(r for r in failed if r["kind"] == "cpu_reference" and r["output"] == "mu" and _name(r) == "3DBall.onnx")
+    port = next(r for r in failed if r["kind"] == "cpu_reference" and r["output"] == "mu" and _name(r) == MLAGENTS_EXPORT)
     assert "error_ratio" in port["detail"] and "first layer off the golden: body.0 Linear(8, 128)" in port["detail"]
 
 
-def test_the_onnx_loader_is_checked_against_onnxruntime_once_per_batch(shared_sweeps: SharedSweeps, cases: Path) -> None:
-    results = faults_run(shared_sweeps, cases)
+def test_the_onnx_loader_is_checked_against_onnxruntime_once_per_batch(shared_sweeps: SharedSweeps) -> None:
+    results = shared_sweeps.faults()
     rows = [r for r in _rows(results, "checks", "faults") if r["kind"] == "onnx_reference"]
     assert rows and {(r["device_a"], r["device_b"], r["output"], r["dtype"]) for r in rows} == {
         ("onnxruntime", "cpu-float64", "action", "float32")

@@ -14,8 +14,6 @@ import pickle
 import re
 import subprocess
 import sys
-from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,6 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-import yaml
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -31,37 +28,10 @@ from harness.errors import PolicyLoadError
 from harness.policies import cast_policy, load_policy
 from harness.policies import vecnormalize
 from harness.policies.vecnormalize import ALLOWED, read_vecnormalize
+from tests.builders import SB3Expert, ZooRun, write_zoo_run
 
-TRAIN_STEPS = 256
 # Spreads of the test observations: typical, wide, and far outside training so clip_obs acts.
 SCALES = (0.1, 1.0, 10.0, 1000.0)
-
-
-@dataclass(frozen=True)
-class ZooRun:
-    """An RL Zoo folder as `rl_zoo3 train` leaves it, and the SB3 objects that wrote it."""
-
-    zip: Path
-    stats: Path
-    model: PPO
-    venv: VecNormalize
-
-
-def write_zoo_run(folder: Path, env_id: str, norm_obs: bool = True) -> ZooRun:
-    venv = VecNormalize(DummyVecEnv([lambda: gym.make(env_id)]), norm_obs=norm_obs)
-    model = PPO("MlpPolicy", venv, n_steps=128, batch_size=64, n_epochs=1, seed=0, device="cpu")
-    model.learn(TRAIN_STEPS)
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for param in model.policy.parameters():
-            param.copy_(torch.randn(param.shape, generator=gen))
-    run = folder / env_id
-    run.mkdir(parents=True)
-    model.save(folder / f"{env_id}.zip")
-    venv.save(run / "vecnormalize.pkl")
-    # As the RL Zoo writes it: yaml.dump of an OrderedDict, tagged python/object/apply.
-    (run / "args.yml").write_text(yaml.dump(OrderedDict([("algo", "ppo"), ("env", env_id), ("seed", 0)])))
-    return ZooRun(folder / f"{env_id}.zip", run / "vecnormalize.pkl", model, venv)
 
 
 @pytest.fixture(scope="module", params=["CartPole-v1", "Pendulum-v1"])
@@ -172,9 +142,9 @@ def test_norm_obs_false_is_recorded_and_not_applied(tmp_path: Path) -> None:
         assert torch.max(torch.abs(policy(torch.from_numpy(obs)) - sb3_logits(run.model, obs))).item() <= 1e-4
 
 
-def test_statistics_of_another_observation_size_are_refused(cases: Path, tmp_path: Path) -> None:
+def test_statistics_of_another_observation_size_are_refused(sb3_expert: SB3Expert, tmp_path: Path) -> None:
     policy = tmp_path / "CartPole-v1.zip"
-    policy.write_bytes((cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip").read_bytes())
+    policy.write_bytes(sb3_expert.zip.read_bytes())
     (tmp_path / "CartPole-v1").mkdir()
     VecNormalize(DummyVecEnv([lambda: gym.make("Pendulum-v1")])).save(tmp_path / "CartPole-v1" / "vecnormalize.pkl")
     problem = r"vecnormalize.pkl: normalizes 3 observation values, but CartPole-v1.zip takes 4$"

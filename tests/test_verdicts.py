@@ -27,6 +27,7 @@ from harness.judge.verdicts import (
 from harness.outputs import EpisodeOutput
 from harness.policies import GOLDEN, PolicyNet, cast_policy, load_policy
 from harness.workloads import ObsBatch, batch_sha256, make_batch
+from tests.third_party import ZOO_ZIP
 
 LIMITS = RatioLimits()
 
@@ -143,10 +144,16 @@ def test_nan_inf_and_huge_observations_are_flagged_never_a_crash(cartpole) -> No
     assert table and not table[0].passed and "nan" in table[0].result.detail
 
 
-def test_the_float16_false_alarm_passes_the_port_and_is_reported_by_the_table(cases) -> None:
-    """A published SB3 CartPole (Tanh, logits up to 18) in float16: the fixed table fails it on
-    any device, since the error is float16's own; the port rule, against the golden, passes."""
-    policy = load_policy(str(cases / "sb3-ppo-CartPole-v1" / "CartPole-v1.zip"))
+@pytest.mark.parametrize("which", ["built", "third-party"])
+def test_the_float16_false_alarm_passes_the_port_and_is_reported_by_the_table(which: str, request) -> None:
+    """An SB3 CartPole expert (Tanh, logits in the tens: the published one's reach 18) in float16:
+    the fixed table fails it on any device, since the error is float16's own; the port rule,
+    against the golden, passes. Ours and, where ../shared/cases is present, the published one."""
+    if which == "built":
+        path = request.getfixturevalue("sb3_expert").zip
+    else:
+        path = request.getfixturevalue("cases") / ZOO_ZIP
+    policy = load_policy(str(path))
     batch = make_batch(policy.info, "normal", 4096, seed=1)
     checks = {
         c.kind: c
