@@ -43,8 +43,11 @@ def one_torch_thread() -> None:
 @pytest.fixture(scope="session")
 def cases() -> Path:
     """../shared/cases, for the tests that need the third-party files' exact bytes; they are
-    skipped where it is absent (a clone alone), and run in CI, which has it."""
+    skipped where it is absent (a clone alone), and run in CI, which has it: there
+    HARNESS_REQUIRE_CASES=1 (set by .ci/run) turns their absence into a failure, never a quiet skip."""
     if not CASES.is_dir():
+        if os.environ.get("HARNESS_REQUIRE_CASES") == "1":
+            pytest.fail(f"{ABSENT}, but HARNESS_REQUIRE_CASES=1 says they must be there")
         pytest.skip(ABSENT)
     return CASES
 
