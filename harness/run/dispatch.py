@@ -23,6 +23,7 @@ from typing import Any, TypeVar, assert_never
 import ray
 
 from harness.dtypes import base_dtype
+from harness.envs.spec import EnvSpec
 from harness.judge.verdicts import (
     REFERENCE,
     Check,
@@ -112,6 +113,11 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs) -> Submitted:
         key = ("reference", unit.policy, batch.sha256, as_dtype)
         return once(key, lambda: reference.run_batch.remote(unit.policy, as_dtype, batch.obs, batch.noise))
 
+    def reference_episodes(episodes: EpisodeWork) -> ray.ObjectRef:
+        # Keyed by the episodes: the unit of every dtype shares them.
+        key = ("reference", unit.policy, episodes.input_sha256, "float32")
+        return once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *episode_args(episodes)))
+
     def whole_batch(batch_work: BatchWork | InvarianceWork) -> list[ray.ObjectRef]:
         obs, noise = batch_work.batch.obs, batch_work.batch.noise
         key = ("cards", unit.policy, unit.dtype, batch_work.batch.sha256)
@@ -137,13 +143,16 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs) -> Submitted:
                 Role.ONNX: once(onnx_key, lambda: reference.run_onnx.remote(unit.policy, work.batch.obs)),
             }
         case EpisodeWork():
-            args = (work.env_id, list(work.seeds), work.stochastic, work.batching)
-            job.cards = [c.run_episodes.remote(unit.policy, dtype, *args) for c in cards]
-            key = ("reference", unit.policy, work.input_sha256, "float32")
-            job.references = {Role.FLOAT32: once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *args))}
+            job.cards = [c.run_episodes.remote(unit.policy, dtype, *episode_args(work)) for c in cards]
+            job.references = {Role.FLOAT32: reference_episodes(work)}
         case _:
             assert_never(work)
     return job
+
+
+def episode_args(work: EpisodeWork) -> tuple[EnvSpec, list[int], bool, str]:
+    """What an actor's run_episodes takes after the policy and dtype."""
+    return work.env, list(work.seeds), work.stochastic, work.batching
 
 
 def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathered) -> tuple[list[Check], list[EpisodeRow]]:
@@ -203,7 +212,7 @@ def episode_rows(
                     policy=unit.policy,
                     dtype=unit.dtype,
                     device=label,
-                    env_id=work.env_id,
+                    env_id=work.env.env_id,
                     mode=work.mode,
                     batching=work.batching,
                     batch_size=work.batch_size,

@@ -12,9 +12,11 @@ another unit than `float32`).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.envs.registry import check_env
+from harness.envs.renames import renamed
+from harness.envs.spec import EnvSpec
 from harness.policies import PolicyNet, PolicySpec, load_policy, with_found_env
 from harness.policies.base import ObservationNormalizer
 from harness.run.options import CommonOptions, SweepConfig
@@ -76,7 +78,7 @@ class LoaderWork:
 
 @dataclass(frozen=True)
 class EpisodeWork:
-    env_id: str
+    env: EnvSpec
     seeds: tuple[int, ...]
     stochastic: bool
     batching: str  # lockstep or single
@@ -95,7 +97,7 @@ class EpisodeWork:
 
     @property
     def input_sha256(self) -> str:
-        return hashlib.sha256(f"{self.env_id}|{self.seeds}|{self.stochastic}|{self.batching}".encode()).hexdigest()
+        return hashlib.sha256(f"{self.env.key}|{self.seeds}|{self.stochastic}|{self.batching}".encode()).hexdigest()
 
 
 Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork
@@ -118,8 +120,19 @@ def load_policies(config: CommonOptions) -> tuple[list[PolicySpec], dict[str, Po
     carrying the environment the driver found, so that no actor parses the files beside a
     policy again."""
     specs = policy_specs(config)
-    policies = {spec.source: load_policy(spec) for spec in specs}
+    policies = {spec.source: with_gymnasium_id(load_policy(spec)) for spec in specs}
     return [with_found_env(spec, policies[spec.source]) for spec in specs], policies
+
+
+def with_gymnasium_id(policy: PolicyNet) -> PolicyNet:
+    """`policy` playing its environment under the id gymnasium gives it now, where gymnasium
+    renamed the one its files (or the options) name; `env_source` says so."""
+    info = policy.info
+    rename = renamed(info.env_id) if info.env_id is not None else None
+    if rename is not None and info.env_id is not None:
+        source = f"{info.env_source}: {rename.describe(info.env_id)}"
+        policy.info = replace(info, env_id=rename.env_id, env_source=source, env_renamed_from=info.env_id)
+    return policy
 
 
 def policy_specs(config: CommonOptions) -> list[PolicySpec]:
@@ -148,8 +161,9 @@ class Inputs:
 def plan_inputs(config: SweepConfig, policy: PolicyNet) -> Inputs:
     """The batches and episodes; an environment that does not fit the policy is refused here,
     before Ray starts."""
-    if config.episodes and policy.info.env_id is not None:
-        check_env(policy.info.env_id, policy.info)
+    env = EnvSpec.played_by(policy.info)
+    if config.episodes and env is not None:
+        check_env(env, policy.info)
     return Inputs(plan_batches(config, policy), plan_episodes(config, policy))
 
 
@@ -193,10 +207,11 @@ def largest_normal(batches: list[ObsBatch]) -> ObsBatch:
 
 def plan_episodes(config: SweepConfig, policy: PolicyNet) -> list[EpisodeWork]:
     """Closed-loop episodes for policies that have an environment."""
-    if config.episodes == 0 or policy.info.env_id is None:
+    env = EnvSpec.played_by(policy.info)
+    if config.episodes == 0 or env is None:
         return []
     seeds = tuple(range(config.seed, config.seed + config.episodes))
-    return [EpisodeWork(policy.info.env_id, seeds, stochastic, config.episode_batching) for stochastic in (False, True)]
+    return [EpisodeWork(env, seeds, stochastic, config.episode_batching) for stochastic in (False, True)]
 
 
 def unit_id(policy: PolicyNet, dtype: str, work: Work) -> str:
