@@ -38,6 +38,10 @@ def measured_over_limit(row: dict[str, Any]) -> float | None:
             return float(row["max_flip_margin"] / limit) if limit else float("inf")
         case CheckKind.EPISODE_RETURN:
             return float(row["return_rel_diff"] / row["return_rtol"]) if row.get("return_rtol") else None
+        case CheckKind.PUBLISHED_RETURN:
+            if row.get("return_atol"):
+                return float(row["return_abs_diff"] / row["return_atol"])
+            return 0.0 if row.get("return_abs_diff") == 0 else float("inf")
         case CheckKind.ERROR | CheckKind.CROSS_CARD | CheckKind.BATCH_INVARIANCE:
             return None
         case _:
@@ -128,8 +132,8 @@ def print_summary(
     env_renames: dict[str, str] | None = None,
 ) -> None:
     """The verdict table: PASS/FAIL count only gating rows; lower-case "pass" and "finding" mark
-    checks that do not gate (the tolerance table off bounded outputs, batch invariance); then
-    each environment id gymnasium renamed, once per policy."""
+    checks that do not gate (the tolerance table off bounded outputs, batch invariance, the
+    published score); then each environment id gymnasium renamed, once per policy."""
     groups = summarize(checks)
     header = f"{'policy':<24} {'dtype':<13} {'check':<17} {'verdict':<11} {'checks':>6} {'worst/limit':>12}"
     print(header, file=out)

@@ -32,11 +32,12 @@ from harness.judge.verdicts import (
     judge_batch_invariance,
     judge_episodes,
     judge_onnx,
+    judge_published,
 )
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import GOLDEN
 from harness.run.place import Placement
-from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
+from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, PublishedWork, Unit
 from harness.store.schema import CheckRow, EpisodeRow
 from harness.workloads import ObsBatch
 
@@ -114,7 +115,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs) -> Submitted:
         return once(key, lambda: reference.run_batch.remote(unit.policy, as_dtype, batch.obs, batch.noise))
 
     def reference_episodes(episodes: EpisodeWork) -> ray.ObjectRef:
-        # Keyed by the episodes: the unit of every dtype shares them.
+        # Keyed by the episodes: the unit of every dtype and the published score's share them.
         key = ("reference", unit.policy, episodes.input_sha256, "float32")
         return once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *episode_args(episodes)))
 
@@ -145,6 +146,8 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs) -> Submitted:
         case EpisodeWork():
             job.cards = [c.run_episodes.remote(unit.policy, dtype, *episode_args(work)) for c in cards]
             job.references = {Role.FLOAT32: reference_episodes(work)}
+        case PublishedWork():
+            job.references = {Role.FLOAT32: reference_episodes(work.episodes)}
         case _:
             assert_never(work)
     return job
@@ -173,6 +176,9 @@ def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathere
         case EpisodeWork():
             checks, steps = judge_episodes(got.cards, refs[Role.FLOAT32])
             return checks, episode_rows(unit, work, got.cards, refs[Role.FLOAT32], steps)
+        case PublishedWork():
+            score = work.published
+            return judge_published(refs[Role.FLOAT32], score.mean, score.std, score.source, rules.published_gates), []
         case _:
             assert_never(work)
 

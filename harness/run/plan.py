@@ -19,6 +19,7 @@ from harness.envs.renames import renamed
 from harness.envs.spec import EnvSpec
 from harness.policies import PolicyNet, PolicySpec, load_policy, with_found_env
 from harness.policies.base import ObservationNormalizer
+from harness.policies.policy_files import PublishedScore
 from harness.run.options import CommonOptions, SweepConfig
 from harness.workloads import ObsBatch, make_batch
 
@@ -28,6 +29,8 @@ UNIFORM_BATCH = 4096
 INVARIANCE_ROWS = (1, 8)
 # The loader check (onnx_reference) compares float32 implementations, whatever the cards run.
 LOADER_DTYPE = "float32"
+# A published score is compared with the CPU float32's episodes, whatever the cards run.
+PUBLISHED_DTYPE = "float32"
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,24 @@ class EpisodeWork:
         return hashlib.sha256(f"{self.env.key}|{self.seeds}|{self.stochastic}|{self.batching}".encode()).hexdigest()
 
 
-Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork
+@dataclass(frozen=True)
+class PublishedWork:
+    """The CPU float32's episodes of a unit, in the mode the score was published in, against the
+    score the policy's files state: on the CPU only, sharing that unit's reference run."""
+
+    episodes: EpisodeWork
+    published: PublishedScore
+
+    @property
+    def name(self) -> str:
+        return f"published-{self.episodes.name}"
+
+    @property
+    def input_sha256(self) -> str:
+        return self.episodes.input_sha256
+
+
+Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | PublishedWork
 
 
 @dataclass(frozen=True)
@@ -128,10 +148,10 @@ def with_gymnasium_id(policy: PolicyNet) -> PolicyNet:
     """`policy` playing its environment under the id gymnasium gives it now, where gymnasium
     renamed the one its files (or the options) name; `env_source` says so."""
     info = policy.info
-    rename = renamed(info.env_id) if info.env_id is not None else None
-    if rename is not None and info.env_id is not None:
-        source = f"{info.env_source}: {rename.describe(info.env_id)}"
-        policy.info = replace(info, env_id=rename.env_id, env_source=source, env_renamed_from=info.env_id)
+    if info.env_id is None or (rename := renamed(info.env_id)) is None:
+        return policy
+    source = f"{info.env_source}: {rename.describe(info.env_id)}"
+    policy.info = replace(info, env_id=rename.env_id, env_source=source, env_renamed_from=info.env_id)
     return policy
 
 
@@ -186,6 +206,10 @@ def plan_units(
             units += [Unit(unit_id(policy, label, work), key, label, work) for work in works]
         if policy.info.onnx_path:
             units += [Unit(unit_id(policy, LOADER_DTYPE, LoaderWork(b)), key, LOADER_DTYPE, LoaderWork(b)) for b in batches]
+        published = policy.info.published
+        if published is not None:
+            scored = [PublishedWork(e, published) for e in inputs[key].episodes if e.stochastic != published.deterministic]
+            units += [Unit(unit_id(policy, PUBLISHED_DTYPE, work), key, PUBLISHED_DTYPE, work) for work in scored]
     return units
 
 

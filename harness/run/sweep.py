@@ -188,7 +188,8 @@ def _fan_out_and_judge(
             got, errors = _gather(job, labels, dead)
         with phases("judge"):
             tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
-            rules = Rules(unit.dtype, limits, tolerance, user_set, policies[unit.policy].bounded_outputs())
+            bounded = policies[unit.policy].bounded_outputs()
+            rules = Rules(unit.dtype, limits, tolerance, user_set, bounded, config.require_published_return)
             checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
             rows = [check_row(unit, c) for c in errors + checks]
             if isinstance(unit.work, BatchWork):
