@@ -42,6 +42,15 @@ def max_episode_steps(env_id: str) -> int | None:
     return gym.spec(env_id).max_episode_steps
 
 
+def entry_point(env_id: str) -> str:
+    """Where the registry makes `env_id` from ("gymnasium.envs.box2d.lunar_lander:LunarLander"); "" where unknown."""
+    try:
+        require_registered(env_id)
+    except UsageError:
+        return ""
+    return str(gym.spec(env_id).entry_point)
+
+
 def check_env(env: EnvSpec | str, info: PolicyInfo) -> None:
     """Refuse (UsageError) an unregistered id, or an environment whose spaces are not the policy's."""
     spec = EnvSpec.of(env)
