@@ -144,7 +144,7 @@ def require_registered(env_id: str) -> None:
     except gym.error.DeprecatedEnv as exc:
         raise UsageError(
             f"environment {env_id!r} is not registered in gymnasium {gym.__version__}: {first_line(exc)} "
-            "That version computes something else, so it is not put in its place (README, Renames); "
+            "That version computes something else, so it is not put in its place (README: the renames table); "
             "the config's [envs] plays it on purpose"
         ) from None
     except gym.error.Error:
