@@ -21,9 +21,8 @@ from gymnasium.spaces.utils import flatdim, flatten
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
 from harness.envs.protocol import Obs
+from harness.envs.spec import ATARI_EXTRA
 from harness.errors import UsageError
-
-SB3_EXTRA = "pip install -e '.[atari]'"
 
 
 @dataclass(frozen=True)
@@ -134,5 +133,5 @@ def _sb3() -> _Sb3:
     except ImportError as exc:
         raise UsageError(
             f"stacked frames and image observations are made as SB3 makes them, which needs stable-baselines3 "
-            f"({SB3_EXTRA}): {exc}"
+            f"({ATARI_EXTRA}): {exc}"
         ) from None
