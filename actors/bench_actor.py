@@ -11,6 +11,7 @@ import numpy as np
 
 from actors.policy_actor import card_id, describe_runner
 from harness.devices import Kind, open_card, synchronize
+from harness.envs.spec import EnvSpec
 from harness.inference.forward import forward_outputs, to_device
 from harness.inference.runner import Runner
 from harness.inference.timing import (
@@ -71,6 +72,6 @@ class BenchActor:
         return Throughput(calls, calls * len(obs[0]), elapsed, cpu)
 
     def closed_loop(
-        self, key: str, dtype: str, env_id: str, env_impl: str | None, n_envs: int, seed: int, duration_s: float
+        self, key: str, dtype: str, env: EnvSpec, env_impl: str | None, n_envs: int, seed: int, duration_s: float
     ) -> ClosedLoop:
-        return closed_loop(self.runner.policy(key, dtype), self.device, env_id, env_impl, n_envs, seed, duration_s)
+        return closed_loop(self.runner.policy(key, dtype), self.device, env, env_impl, n_envs, seed, duration_s)

@@ -9,6 +9,7 @@ import numpy as np
 import ray
 
 from harness.devices import RAY_RESOURCE, Kind, open_card
+from harness.envs.spec import EnvSpec
 from harness.inference.faults import Fault, inject, maybe_crash
 from harness.inference.runner import Runner
 from harness.outputs import EpisodeOutput, Outputs
@@ -47,10 +48,10 @@ class PolicyActor:
         return self.runner.run_batch(key, dtype, obs, noise)
 
     def run_episodes(
-        self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str
+        self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str
     ) -> list[EpisodeOutput]:
         maybe_crash(self.faults, self.crash_marker)
-        return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic, batching)
+        return self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching)
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         return self.runner.capture(key, dtype, obs)

@@ -10,6 +10,7 @@ import numpy as np
 
 from actors.policy_actor import describe_runner
 from harness.devices import cpu_reference
+from harness.envs.spec import EnvSpec
 from harness.inference.runner import Runner
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import PolicySpec
@@ -35,9 +36,9 @@ class ReferenceActor:
             self._seconds[dtype] += time.perf_counter() - start
 
     def run_episodes(
-        self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str
+        self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str
     ) -> list[EpisodeOutput]:
-        return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic, batching)
+        return self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching)
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         return self.runner.capture(key, dtype, obs)

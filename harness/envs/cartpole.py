@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium.utils import seeding
 
 from harness.envs.protocol import Obs, Step
+from harness.envs.spec import EnvSpec
 
 ENV_ID = "seals/CartPole-v0"
 HORIZON = 500  # seals registers the environment with max_episode_steps=500
@@ -44,7 +45,7 @@ class VecCartPole:
     """Numpy `seals/CartPole-v0`. The state is kept as four contiguous float64 rows (x, x_dot,
     theta, theta_dot): numpy may pick other SIMD kernels for strided columns."""
 
-    env_id = ENV_ID
+    spec = EnvSpec(ENV_ID)
     horizon = HORIZON
 
     def __init__(self, n_envs: int) -> None:

@@ -13,6 +13,8 @@ from typing import Protocol
 
 import numpy as np
 
+from harness.envs.spec import EnvSpec
+
 Obs = tuple[np.ndarray, ...]
 """Every environment's observation, one array per input of the policy (`PolicyInfo.inputs`, in
 that order), each (n_envs, *shape) in the input's dtype: float32 vectors, uint8 images."""
@@ -20,7 +22,7 @@ Step = tuple[Obs, np.ndarray, np.ndarray, np.ndarray]  # obs, rewards, terminate
 
 
 class LockstepEnv(Protocol):
-    env_id: str
+    spec: EnvSpec  # the environment, as it is made for every slot
     n_envs: int
     horizon: int  # the most steps an episode takes: the time limit, or the harness's own cap
 

@@ -2,46 +2,32 @@
 
 A misspelt id or an environment of other shapes is the user's mistake, caught before any card
 runs: a UsageError of one line naming both sides. Ids come from gymnasium's registry, with
-`seals` imported so that seals/* ids are in it.
+`seals` imported so that seals/* ids are in it and ale-py's Atari ids where it is installed. The
+spaces compared are the wrapped environment's, its observations as the policy gets them (frames
+stacked, images channels first: harness/envs/observations.py).
 """
 
 from __future__ import annotations
 
-import difflib
 import functools
-import warnings
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
-import seals  # noqa: F401  (registers seals/* environments)
-from gymnasium.spaces import Box, Discrete, Space, flatdim
+from gymnasium.spaces import Box, Discrete, Space
 
-from harness.errors import UsageError, first_line
-from harness.policies.base import PolicyInfo
-
-
-def registered_ids() -> list[str]:
-    return sorted(gym.registry)
+from harness.envs.observations import Observations, View
+from harness.envs.spec import EnvSpec, make_env, require_registered
+from harness.errors import UsageError
+from harness.policies.base import ObsInput, PolicyInfo
 
 
 @functools.cache
-def env_spaces(env_id: str) -> tuple[Space[Any], Space[Any]]:
-    """(observation space, action space) of `env_id`, read from one environment made for it."""
-    ids = registered_ids()
-    if env_id not in ids:
-        close = difflib.get_close_matches(env_id, ids, n=3)
-        hint = f"; did you mean {', '.join(close)}?" if close else "; e.g. CartPole-v1, Pendulum-v1, seals/CartPole-v0"
-        raise UsageError(f"environment {env_id!r} is not registered in gymnasium{hint}")
+def env_spaces(spec: EnvSpec) -> tuple[tuple[View, ...], Space[Any]]:
+    """(the observations the policy gets, the action space) of `spec`, read from one environment made for it."""
+    env, _ = make_env(spec)
     try:
-        with warnings.catch_warnings():
-            # gymnasium notes, for every CartPole made, that its float64 bounds became float32.
-            warnings.simplefilter("ignore", UserWarning)
-            env = gym.make(env_id)
-    except Exception as exc:  # missing extras (Box2D, MuJoCo) raise DependencyNotInstalled, among others
-        raise UsageError(f"environment {env_id} cannot be made: {first_line(exc)}") from exc
-    try:
-        return env.observation_space, env.action_space
+        return Observations(env.observation_space, 1, spec.setup.frame_stack).views, env.action_space
     finally:
         env.close()
 
@@ -49,17 +35,29 @@ def env_spaces(env_id: str) -> tuple[Space[Any], Space[Any]]:
 def max_episode_steps(env_id: str) -> int | None:
     """The environment's own step limit, read from the registry (no environment is made); None
     where it sets none or the id is unknown."""
-    if env_id not in registered_ids():
+    try:
+        require_registered(env_id)
+    except UsageError:
         return None
     return gym.spec(env_id).max_episode_steps
 
 
-def check_env(env_id: str, info: PolicyInfo) -> None:
+def entry_point(env_id: str) -> str:
+    """Where the registry makes `env_id` from ("gymnasium.envs.box2d.lunar_lander:LunarLander"); "" where unknown."""
+    try:
+        require_registered(env_id)
+    except UsageError:
+        return ""
+    return str(gym.spec(env_id).entry_point)
+
+
+def check_env(env: EnvSpec | str, info: PolicyInfo) -> None:
     """Refuse (UsageError) an unregistered id, or an environment whose spaces are not the policy's."""
-    obs_space, action_space = env_spaces(env_id)
+    spec = EnvSpec.of(env)
+    views, action_space = env_spaces(spec)
     problems = []
-    if flatdim(obs_space) != info.obs_size:
-        problems.append(f"its observations flatten to {flatdim(obs_space)} values, the policy takes {info.obs_size}")
+    if not _observations_fit(views, info.inputs):
+        problems.append(_observations_problem(views, info))
     if info.action_kind == "discrete":
         fits = isinstance(action_space, Discrete) and int(action_space.n) == info.action_size and int(action_space.start) == 0
     else:
@@ -67,15 +65,40 @@ def check_env(env_id: str, info: PolicyInfo) -> None:
     if not fits:
         problems.append(f"its actions are {_describe(action_space)}, the policy's are {_policy_actions(info)}")
     if problems:
-        raise UsageError(f"environment {env_id} does not fit policy {info.name}: {'; '.join(problems)}")
+        raise UsageError(f"environment {spec.key} does not fit policy {info.name}: {'; '.join(problems)}")
 
 
-def action_bounds(env_id: str) -> tuple[np.ndarray, np.ndarray]:
+def action_bounds(env: EnvSpec | str) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) of a Box action space, in its dtype: SB3 clips continuous actions to these."""
-    space = env_spaces(env_id)[1]
+    spec = EnvSpec.of(env)
+    space = env_spaces(spec)[1]
     if not isinstance(space, Box):
-        raise ValueError(f"{env_id} has {_describe(space)} actions, not a Box")
+        raise ValueError(f"{spec.key} has {_describe(space)} actions, not a Box")
     return space.low, space.high
+
+
+def _observations_fit(views: tuple[View, ...], inputs: tuple[ObsInput, ...]) -> bool:
+    """One array per input, each of its shape and dtype (a Dict's keys by name, in order); or one
+    flat vector that the policy takes as several (an ML-Agents policy of obs_0, obs_1)."""
+    if len(views) == len(inputs):
+        named = len(views) == 1 or all(v.name == i.name for v, i in zip(views, inputs, strict=True))
+        return named and all((v.shape, v.dtype) == (i.shape, i.dtype) for v, i in zip(views, inputs, strict=True))
+    return (
+        _one_vector(views)
+        and all(len(i.shape) == 1 and i.dtype == "float32" for i in inputs)
+        and (views[0].shape[0] == sum(i.size for i in inputs))
+    )
+
+
+def _observations_problem(views: tuple[View, ...], info: PolicyInfo) -> str:
+    if _one_vector(views) and all(len(i.shape) == 1 and i.dtype == "float32" for i in info.inputs):
+        return f"its observations flatten to {views[0].shape[0]} values, the policy takes {info.obs_size}"
+    theirs = ", ".join(f"{i.name} {i.shape} {i.dtype}" for i in info.inputs)
+    return f"its observations are {', '.join(v.describe() for v in views)}, the policy takes {theirs}"
+
+
+def _one_vector(views: tuple[View, ...]) -> bool:
+    return len(views) == 1 and views[0].dtype == "float32"
 
 
 def _describe(space: Space[Any]) -> str:

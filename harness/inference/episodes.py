@@ -27,6 +27,7 @@ from harness.devices import Device
 from harness.envs.lockstep import make_lockstep
 from harness.envs.protocol import LockstepEnv, Obs
 from harness.envs.registry import action_bounds, check_env
+from harness.envs.spec import EnvSpec
 from harness.outputs import EpisodeOutput
 from harness.policies.base import PolicyNet
 from harness.workloads import episode_noise
@@ -39,11 +40,11 @@ Decide = Callable[[tuple[torch.Tensor, ...], int, np.ndarray], np.ndarray]
 
 @torch.inference_mode()
 def run_episodes(
-    policy: PolicyNet, device: Device, env_id: str, seeds: Sequence[int], stochastic: bool, batching: str
+    policy: PolicyNet, device: Device, env: EnvSpec | str, seeds: Sequence[int], stochastic: bool, batching: str
 ) -> list[EpisodeOutput]:
     """One seeded episode per seed, in the order of `seeds`."""
-    check_env(env_id, policy.info)
-    envs = make_lockstep(env_id, len(seeds))
+    check_env(env, policy.info)
+    envs = make_lockstep(env, len(seeds))
     try:
         return play(policy, device, envs, seeds, stochastic, batching)
     finally:
@@ -61,7 +62,7 @@ def play(
     row_seeds = [int(seeds[i]) for i in order]
     noise = _noise(policy, device, row_seeds, envs.horizon) if stochastic else None
     decide = _lockstep(policy, noise) if batching == "lockstep" else _single(policy, noise)
-    bounds = action_bounds(envs.env_id) if policy.info.action_kind == "continuous" else None
+    bounds = action_bounds(envs.spec) if policy.info.action_kind == "continuous" else None
 
     obs = envs.reset(row_seeds)
     running = np.ones(len(row_seeds), dtype=bool)

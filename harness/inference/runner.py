@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from harness.devices import Device
+from harness.envs.spec import EnvSpec
 from harness.inference.capture import capture_activations
 from harness.inference.episodes import run_episodes
 from harness.inference.forward import run_batch, to_device
@@ -53,10 +54,10 @@ class Runner:
         return run_batch(self.policy(key, dtype), self.device, obs, noise)
 
     def run_episodes(
-        self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str
+        self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str
     ) -> list[EpisodeOutput]:
         """`batching`: "lockstep" (one forward per step over all `seeds`) or "single" (batch 1)."""
-        return run_episodes(self.policy(key, dtype), self.device, env_id, seeds, stochastic, batching)
+        return run_episodes(self.policy(key, dtype), self.device, env, seeds, stochastic, batching)
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         """Every layer's output on this batch, for finding where two runs part."""

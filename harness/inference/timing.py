@@ -15,6 +15,7 @@ import torch
 from harness.devices import Device
 from harness.envs.lockstep import make_lockstep
 from harness.envs.registry import check_env
+from harness.envs.spec import EnvSpec
 from harness.inference.episodes import choose_actions, play
 from harness.outputs import EpisodeOutput
 from harness.policies.base import PolicyNet
@@ -133,14 +134,14 @@ def run_for(
 
 @torch.inference_mode()
 def closed_loop(
-    policy: PolicyNet, device: Device, env_id: str, env_impl: str, n_envs: int, seed: int, duration_s: float
+    policy: PolicyNet, device: Device, env: EnvSpec | str, env_impl: str | None, n_envs: int, seed: int, duration_s: float
 ) -> ClosedLoop:
     """Rounds of `n_envs` seeded deterministic episodes in lockstep, one batched forward per
     step, until `duration_s` has passed (at least one round): the sweep's `run_episodes` at
     lockstep batching, timed. Round r, env i is reset with seed `seed + r * n_envs + i`, so the
     episodes are the same whatever the batch size."""
-    check_env(env_id, policy.info)
-    envs = make_lockstep(env_id, n_envs, env_impl)
+    check_env(env, policy.info)
+    envs = make_lockstep(env, n_envs, env_impl)
     try:
         warm = tuple(torch.from_numpy(i.zeros(n_envs)).to(device.torch_device) for i in policy.info.inputs)
         choose_actions(policy, warm, None).cpu()  # the first call is not what this measures

@@ -26,3 +26,5 @@ class CheckKind(StrEnum):
     """The loader: onnxruntime on the original file against the golden, by the port rule."""
     BATCH_INVARIANCE = "batch_invariance"
     """A card's rows alone against the same rows inside a large batch, on the same card."""
+    PUBLISHED_RETURN = "published_return"
+    """The CPU float32's mean episode return against the score the policy's files state."""

@@ -19,6 +19,9 @@ And:
                   file, by the golden rule
   batch_invariance  a card's first rows computed alone against the same rows inside the large
                   batch, bit for bit: a property of the card, gating only when required
+  published_return  the CPU float32's mean return against the score the policy's files state it
+                  was published with: the port, the loader and the harness's replay of the
+                  environment together; gating only when required
   error           a card that produced nothing
 """
 
@@ -50,6 +53,10 @@ EPISODE_RETURN_RTOL = 0.05
 # Two scores, each off by up to ratio_limit times the dtype's own error, can swap when the
 # golden's margin between them is within twice that.
 FLIP_SCORES = 2.0
+PUBLISHED = "published"
+# A published score's spread is its episodes' standard deviation; where that is 0 (every episode
+# scored the same, as CartPole's 500) the mean may be this fraction off it.
+PUBLISHED_RETURN_RTOL = 0.05
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,21 @@ class EpisodeComparison:
     detail: str
 
 
-Result = Comparison | GoldenComparison | DecisionComparison | EpisodeComparison
+@dataclass(frozen=True)
+class PublishedComparison:
+    """A mean episode return against the one a policy was published with."""
+
+    passed: bool
+    n_elements: int  # episodes played
+    return_a: float  # their mean return here
+    return_b: float  # the published mean
+    return_abs_diff: float
+    return_atol: float  # the published standard deviation, or PUBLISHED_RETURN_RTOL of the mean where it is 0
+    published_std: float
+    detail: str
+
+
+Result = Comparison | GoldenComparison | DecisionComparison | EpisodeComparison | PublishedComparison
 
 
 @dataclass(frozen=True)
@@ -100,6 +121,8 @@ class Rules:
     """True when the user set the tolerance of this dtype: it then gates every floating output."""
     bounded_outputs: frozenset[str]
     """Outputs the policy declares bounded (clipped actions): the tolerance gates on them."""
+    published_gates: bool = False
+    """True when the user requires the published score (--require-published-return)."""
 
 
 def tolerance_of(dtype: str, user: dict[str, Tolerance]) -> tuple[Tolerance, bool]:
@@ -299,6 +322,19 @@ def _mean_return(episodes: list[EpisodeOutput], reference: list[EpisodeOutput], 
         return_rtol=EPISODE_RETURN_RTOL,
         detail="; ".join(reasons),
     )
+
+
+def judge_published(reference: list[EpisodeOutput], mean: float, std: float, source: str, gating: bool) -> list[Check]:
+    """The CPU float32's mean return against the published `mean`: within one published standard
+    deviation, or PUBLISHED_RETURN_RTOL of the mean where the deviation is 0."""
+    ours = float(_returns(reference).mean())
+    limit = std if std > 0 else PUBLISHED_RETURN_RTOL * abs(mean)
+    diff = abs(ours - mean)
+    passed = bool(np.isfinite(ours)) and diff <= limit
+    shown = f"mean return {ours:.6g} over {len(reference)} episodes vs {mean:.6g} +/- {std:.6g} published ({source})"
+    detail = shown if passed else f"{shown}: {diff:.3g} apart > {limit:.3g}"
+    result = PublishedComparison(passed, len(reference), ours, mean, diff, limit, std, detail)
+    return [Check("returns", CheckKind.PUBLISHED_RETURN, REFERENCE, PUBLISHED, gating, result)]
 
 
 def _returns(episodes: list[EpisodeOutput]) -> np.ndarray:

@@ -40,7 +40,7 @@ def load_policy(spec: str | PolicySpec) -> PolicyNet:
     policy = load_source(spec)
     _refuse_non_finite(policy)
     if spec.env_id is not None and (policy.info.env_id is None or spec.env_overrides):
-        policy.info = replace(policy.info, env_id=spec.env_id, env_source=spec.env_source)
+        policy.info = replace(policy.info, env_id=spec.env_id, env_source=spec.env_source, env_setup=spec.env_setup)
     return policy
 
 
@@ -48,7 +48,8 @@ def with_found_env(spec: PolicySpec, policy: PolicyNet) -> PolicySpec:
     """`spec` carrying the environment loading it found (`policy`), so that a later load from it,
     each actor's, takes the environment from the spec instead of parsing the files beside the
     policy again. The policy's own bytes are still read, and hashed, by every load."""
-    return replace(spec, env_id=policy.info.env_id, env_source=policy.info.env_source, env_overrides=True)
+    info = policy.info
+    return replace(spec, env_id=info.env_id, env_source=info.env_source, env_setup=info.env_setup, env_overrides=True)
 
 
 def _refuse_non_finite(policy: PolicyNet) -> None:

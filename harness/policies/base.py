@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from harness.dtypes import CARD_DTYPES, GOLDEN, REDUCED_FLOAT32
+from harness.policies.policy_files import PLAIN, EnvSetup, PublishedScore
 import itertools
 
 ActionKind = Literal["discrete", "continuous"]
@@ -72,6 +73,9 @@ class PolicyInfo:
     detail: str = ""  # e.g. "SB3 1.0rc0, Tanh, pi [64, 64]"
     env_source: str = ""  # where env_id came from: "built in", "RL Zoo args.yml", "model card", "--env", ...
     obs_normalization: str = ""  # what normalizes observations inside the policy, e.g. "VecNormalize (vecnormalize.pkl)"
+    env_setup: EnvSetup = PLAIN  # how env_id is made: its keyword arguments, wrappers, frames stacked
+    published: PublishedScore | None = None  # the score the policy's files say it was published with on env_id
+    env_renamed_from: str = ""  # the id the files named, where gymnasium renamed it env_id (harness/envs/renames.py)
 
     @property
     def obs_sizes(self) -> tuple[int, ...]:

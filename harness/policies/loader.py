@@ -19,6 +19,7 @@ from typing import BinaryIO, ClassVar
 from harness.errors import PolicyLoadError
 from harness.files import read_start, regular_file_size
 from harness.policies.base import ActionKind, PolicyNet
+from harness.policies.policy_files import PLAIN, EnvSetup
 
 HEAD_BYTES = 64
 ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip's first local header, or the end record of an empty one
@@ -48,6 +49,7 @@ class PolicySpec:
     env_overrides: bool = False
     onnx_output: str | None = None
     action_kind: ActionKind | None = None
+    env_setup: EnvSetup = PLAIN  # how env_id is made, where the driver found that in the files
 
 
 @dataclass(frozen=True)

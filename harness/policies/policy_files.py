@@ -2,10 +2,14 @@
 
 Two layouts are known. The RL Zoo (`rl_zoo3 train`, DLR-RM/rl-trained-agents) writes
 `<dir>/<Env>.zip` with a run folder `<dir>/<Env>/` beside it: `args.yml` (its `env` is the
-environment id), `config.yml` and, when it trained with VecNormalize, `vecnormalize.pkl`. A
-Hugging Face SB3 repository has the zip at its root with `README.md` (the model card, whose YAML
-front matter names the environment) and `vec_normalize.pkl` beside it; the local cache snapshot
-keeps that layout, as symlinks, so paths here are never resolved.
+environment id, its `env_kwargs` what `gym.make` was given), `config.yml` (the hyperparameters,
+among them `env_wrapper` and `frame_stack`) and, when it trained with VecNormalize,
+`vecnormalize.pkl`. A Hugging Face SB3 repository has the zip at its root with `README.md` (the
+model card, whose YAML front matter names the environment and the score it was published with)
+and `vec_normalize.pkl` beside it; one that `rl_zoo3.push_to_hub` wrote also holds the run files
+(`args.yml`, `config.yml`, `env_kwargs.yml`) and `results.json` (the evaluation behind the score)
+at its root. The local cache snapshot keeps that layout, as symlinks, so paths here are never
+resolved. A run file is looked for in the RL Zoo's run folder first, then beside the zip.
 
 A file that is absent says nothing; one that is present but unreadable (a folder or a FIFO of
 that name included) is a PolicyLoadError.
@@ -14,6 +18,8 @@ that name included) is a PolicyLoadError.
 from __future__ import annotations
 
 import codecs
+import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,17 +52,96 @@ FRONT_MATTER = re.compile(r"^\s*+---[\r\n]++([\S\s]*?)(?<![\r\n])[\r\n]+---(?:\r
 FRONT_MATTER_OPENS = re.compile(r"^\s*+---[\r\n]")
 
 ZOO_ARGS = "args.yml"
+ZOO_CONFIG = "config.yml"
+ZOO_ENV_KWARGS = "env_kwargs.yml"
 ZOO_VECNORMALIZE = "vecnormalize.pkl"
 HF_CARD = "README.md"
+HF_RESULTS = "results.json"
 HF_VECNORMALIZE = "vec_normalize.pkl"
+
+# A model card's score as huggingface_sb3 writes it: f"{mean_reward:.2f} +/- {std_reward:.2f}".
+NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+MEAN_STD = re.compile(rf"\s*({NUMBER})\s*\+/-\s*({NUMBER})\s*")
+# `render_mode` in env_kwargs says how a person watched the agent, not what it plays.
+NOT_THE_TASK = frozenset({"render_mode"})
+
+Scalar = str | int | float | bool | None
+Value = Scalar | tuple[Scalar, ...]
+Kwargs = tuple[tuple[str, Value], ...]
+"""Keyword arguments as a run file gives them, in its order: scalars, or lists of scalars as tuples
+(YAML has no tuples; a wrapper's `shape: [64, 64]` means one), so that a setup can be hashed."""
+
+
+@dataclass(frozen=True)
+class Wrapper:
+    """One gymnasium wrapper the RL Zoo wraps each environment in (`env_wrapper`): the class's
+    dotted path, as the run file names it, and its keyword arguments."""
+
+    path: str
+    kwargs: Kwargs = ()
+
+    def describe(self) -> str:
+        return self.path + (f"({_describe_kwargs(self.kwargs)})" if self.kwargs else "")
+
+
+@dataclass(frozen=True)
+class EnvSetup:
+    """How the environment is made beyond its id, as the RL Zoo makes it (`create_test_env`):
+    `gym.make(env_id, **kwargs)`, each wrapper in order around it, then `frame_stack` frames
+    stacked (SB3's VecFrameStack). `source` names the files that said so."""
+
+    kwargs: Kwargs = ()
+    wrappers: tuple[Wrapper, ...] = ()
+    frame_stack: int = 0
+    source: str = ""
+
+    @property
+    def plain(self) -> bool:
+        return not (self.kwargs or self.wrappers or self.frame_stack)
+
+    def describe(self) -> str:
+        """e.g. "continuous=True; wrappers AtariWrapper(terminal_on_life_loss=False); frame_stack 4"."""
+        parts = [_describe_kwargs(self.kwargs)] if self.kwargs else []
+        if self.wrappers:
+            parts.append("wrappers " + ", ".join(w.describe() for w in self.wrappers))
+        if self.frame_stack:
+            parts.append(f"frame_stack {self.frame_stack}")
+        return "; ".join(parts)
+
+
+PLAIN = EnvSetup()
+"""An environment made from its id alone."""
+
+
+@dataclass(frozen=True)
+class PublishedScore:
+    """The mean episode return a policy was published with, and how it was measured."""
+
+    mean: float
+    std: float
+    deterministic: bool  # SB3's evaluate_policy with deterministic actions (RL Zoo: all but Atari)
+    n_episodes: int | None  # None where the file does not say
+    source: str  # e.g. "model card README.md: mean_reward 500.00 +/- 0.00"
+
+    def describe(self) -> dict[str, object]:
+        return {
+            "mean": self.mean,
+            "std": self.std,
+            "deterministic": self.deterministic,
+            "n_episodes": self.n_episodes,
+            "source": self.source,
+        }
 
 
 @dataclass(frozen=True)
 class EnvFound:
-    """An environment id a file beside the policy names, and which file that was."""
+    """An environment id a file beside the policy names, and which file that was; how the files
+    say to make it, and the score the policy was published with on it."""
 
     env_id: str
     source: str  # e.g. "RL Zoo CartPole-v1/args.yml", "model card README.md"
+    setup: EnvSetup = PLAIN
+    published: PublishedScore | None = None
 
 
 class _RunFileLoader(yaml.SafeLoader):
@@ -77,15 +162,161 @@ _RunFileLoader.add_constructor(ORDERED_DICT_TAG, _ordered_dict)
 
 
 def find_env(policy: Path) -> EnvFound | None:
-    """The environment the RL Zoo's args.yml or else the model card beside `policy` names."""
-    args = rl_zoo_dir(policy) / ZOO_ARGS
-    if args.exists():
-        return EnvFound(_args_env(args), f"RL Zoo {args.relative_to(policy.parent)}")
+    """The environment the RL Zoo's args.yml or else the model card beside `policy` names, how
+    the run files say to make it, and the score results.json or the model card states."""
+    args = run_file(policy, ZOO_ARGS)
     card = policy.parent / HF_CARD
-    if card.exists():
-        env = model_card_env(card)
-        return EnvFound(env, f"model card {HF_CARD}") if env is not None else None
+    if args is not None:
+        env_id, source = _args_env(args), f"RL Zoo {args.relative_to(policy.parent)}"
+    elif card.exists() and (named := model_card_env(card)) is not None:
+        env_id, source = named, f"model card {HF_CARD}"
+    else:
+        return None
+    return EnvFound(env_id, source, env_setup(policy, args), published_score(policy))
+
+
+def run_file(policy: Path, name: str) -> Path | None:
+    """The RL Zoo run file `name` of `policy`: in its run folder, else beside it (a Hugging Face
+    repository that rl_zoo3 pushed); None where neither holds one."""
+    return next((path for path in (rl_zoo_dir(policy) / name, policy.parent / name) if path.exists()), None)
+
+
+def env_setup(policy: Path, args: Path | None) -> EnvSetup:
+    """What the run files beside `policy` say about making its environment: `env_kwargs` from
+    args.yml (else env_kwargs.yml, where the hub's copy keeps them), `env_wrapper` and
+    `frame_stack` from config.yml. The RL Zoo's `vec_env_wrapper` is refused: it wraps the
+    vectorized environment in a class of its own, which this harness does not replay."""
+    sources = []
+    kwargs: Kwargs = ()
+    kwargs_file = args if args is not None else run_file(policy, ZOO_ENV_KWARGS)
+    if kwargs_file is not None:
+        data = read_run_file(kwargs_file)
+        raw = data.get("env_kwargs") if kwargs_file.name == ZOO_ARGS else data
+        kwargs = tuple((k, v) for k, v in _kwargs(kwargs_file, "env_kwargs", raw) if k not in NOT_THE_TASK)
+        if kwargs:
+            sources.append(str(kwargs_file.relative_to(policy.parent)))
+    wrappers: tuple[Wrapper, ...] = ()
+    frame_stack = 0
+    config = run_file(policy, ZOO_CONFIG)
+    if config is not None:
+        hyperparams = read_run_file(config)
+        if hyperparams.get("vec_env_wrapper") is not None:
+            shown = _shown_value(hyperparams["vec_env_wrapper"])
+            raise PolicyLoadError(config, f"vec_env_wrapper {shown} is not replayed by this harness (env_wrapper is)")
+        wrappers = _wrappers(config, hyperparams.get("env_wrapper"))
+        frame_stack = _frame_stack(config, hyperparams.get("frame_stack", 0))
+        if wrappers or frame_stack:
+            sources.append(str(config.relative_to(policy.parent)))
+    return EnvSetup(kwargs, wrappers, frame_stack, ", ".join(sources))
+
+
+def _kwargs(path: Path, what: str, raw: Any) -> Kwargs:
+    """A mapping of keyword arguments from a run file, each value a scalar or a list of them."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not all(isinstance(k, str) for k in raw):
+        raise PolicyLoadError(path, f"{what} is {_shown_value(raw)}, expected a mapping of names to values")
+    pairs = []
+    for key, value in raw.items():
+        if isinstance(value, list) and all(_is_scalar(v) for v in value):
+            value = tuple(value)
+        elif not _is_scalar(value):
+            raise PolicyLoadError(path, f"{what} {key} is {_shown_value(value)}: only numbers, strings and lists of them")
+        pairs.append((key, value))
+    return tuple(pairs)
+
+
+def _is_scalar(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def _wrappers(path: Path, raw: Any) -> tuple[Wrapper, ...]:
+    """`env_wrapper` as rl_zoo3's get_wrapper_class reads it: a class path, or a list of class
+    paths and one-key mappings {class path: its keyword arguments}, innermost first."""
+    if raw is None:
+        return ()
+    found = []
+    for item in raw if isinstance(raw, list) else [raw]:
+        if isinstance(item, dict) and len(item) == 1:
+            [(name, kwargs)] = item.items()
+        else:
+            name, kwargs = item, None
+        if not isinstance(name, str) or not ENV_ID.fullmatch(name) or "/" in name:
+            raise PolicyLoadError(path, f"env_wrapper {_shown_value(item)} is not a class path such as a.b.Wrapper")
+        found.append(Wrapper(name, _kwargs(path, f"env_wrapper {name}", kwargs)))
+    return tuple(found)
+
+
+def _frame_stack(path: Path, raw: Any) -> int:
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 0:
+        raise PolicyLoadError(path, f"frame_stack is {_shown_value(raw)}, expected a count of frames")
+    return raw
+
+
+def published_score(policy: Path) -> PublishedScore | None:
+    """The score beside `policy`: results.json (the evaluation rl_zoo3 and huggingface_sb3 wrote
+    when they published it, at full precision and with its mode), else the model card's
+    `mean_reward` metric. None where neither states one."""
+    results = policy.parent / HF_RESULTS
+    if results.exists():
+        return _results_score(results)
+    card = policy.parent / HF_CARD
+    return model_card_score(card) if card.exists() else None
+
+
+def _results_score(path: Path) -> PublishedScore:
+    try:
+        data = json.loads(_decode(path, read_whole(path, MAX_YAML_BYTES, "a results file", PolicyLoadError)))
+    except json.JSONDecodeError as exc:
+        raise PolicyLoadError(path, f"is not JSON ({exc.msg} at line {exc.lineno})") from None
+    fields = data if isinstance(data, dict) else {}
+    mean, std = _number(fields.get("mean_reward")), _number(fields.get("std_reward"))
+    if mean is None or std is None:
+        raise PolicyLoadError(path, "has no numeric mean_reward and std_reward (expected huggingface_sb3's results.json)")
+    episodes = fields.get("n_eval_episodes")
+    return PublishedScore(
+        mean,
+        std,
+        fields.get("is_deterministic", True) is not False,
+        episodes if isinstance(episodes, int) and not isinstance(episodes, bool) else None,
+        f"{HF_RESULTS}: mean_reward {mean:.6g}, std_reward {std:.6g}",
+    )
+
+
+def _number(value: Any) -> float | None:
+    """A finite number from a JSON file; None for anything else (a bool is no number here)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
     return None
+
+
+def model_card_score(card: Path) -> PublishedScore | None:
+    """The model card's `model-index[].results[].metrics[]` of type mean_reward, as
+    "MEAN +/- STD" (what huggingface_sb3 and rl_zoo3 write); None where the card states none."""
+    meta = _card_meta(card)
+    for model in _dicts(meta.get("model-index") if meta else None):
+        for result in _dicts(model.get("results")):
+            for metric in _dicts(result.get("metrics")):
+                if metric.get("type") != "mean_reward":
+                    continue
+                value = metric.get("value")
+                found = MEAN_STD.fullmatch(value) if isinstance(value, str) else None
+                if found is None:
+                    shown = _shown_value(value)
+                    raise PolicyLoadError(card, f"model-index mean_reward is {shown}, expected 'MEAN +/- STD'")
+                mean, std = float(found.group(1)), float(found.group(2))
+                return PublishedScore(mean, std, True, None, f"model card {HF_CARD}: mean_reward {found.group(0).strip()}")
+    return None
+
+
+def _shown_value(value: Any) -> str:
+    """A value from a run file or card, made safe for a one-line message."""
+    text = ascii(value)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _describe_kwargs(kwargs: Kwargs) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in kwargs)
 
 
 def find_vecnormalize(policy: Path) -> Path | None:
@@ -123,15 +354,9 @@ def read_run_file(path: Path) -> dict[str, Any]:
 def model_card_env(card: Path) -> str | None:
     """The environment a model card's front matter names: `model-index[].results[].dataset.name`,
     else the first tag that looks like an environment id. None when the card names none."""
-    front = _front_matter(card)
-    if front is None:
-        return None
-    text, first_line = front
-    meta = _load_yaml(card, text, yaml.SafeLoader, first_line)
+    meta = _card_meta(card)
     if meta is None:
         return None
-    if not isinstance(meta, dict):
-        raise PolicyLoadError(card, f"front matter is YAML but not a mapping ({type(meta).__name__})")
     for model in _dicts(meta.get("model-index")):
         for result in _dicts(model.get("results")):
             dataset = result.get("dataset")
@@ -142,6 +367,20 @@ def model_card_env(card: Path) -> str | None:
     if not isinstance(tags, list):
         return None
     return next((t for t in tags if isinstance(t, str) and ENV_TAG.fullmatch(t)), None)
+
+
+def _card_meta(card: Path) -> dict[str, Any] | None:
+    """A model card's front matter as a mapping; None where the card has none."""
+    front = _front_matter(card)
+    if front is None:
+        return None
+    text, first_line = front
+    meta = _load_yaml(card, text, yaml.SafeLoader, first_line)
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise PolicyLoadError(card, f"front matter is YAML but not a mapping ({type(meta).__name__})")
+    return meta
 
 
 def _front_matter(card: Path) -> tuple[str, int] | None:

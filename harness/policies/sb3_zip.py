@@ -36,7 +36,7 @@ from harness.errors import PolicyLoadError, first_line
 from harness.files import read_whole, sha256_of
 from harness.policies.base import ActionKind, ObsInput, PolicyInfo, PolicyNet, mlp
 from harness.policies.loader import Peek, PolicyFormat, PolicySpec, check_zip_directory
-from harness.policies.policy_files import find_env, find_vecnormalize
+from harness.policies.policy_files import PLAIN, find_env, find_vecnormalize
 from harness.policies.vecnormalize import VecNormalizeObs, VecNormalizeStats, read_vecnormalize
 
 # The largest member we will inflate; real policies are kilobytes to a few megabytes.
@@ -163,6 +163,8 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
         env_source=env.source if env is not None else "",
         detail=f"SB3 {archive.version}, {activation}, {arch.describe()}{_stats_detail(stats)}",
         obs_normalization=_obs_normalization(path, stats),
+        env_setup=env.setup if env is not None else PLAIN,
+        published=env.published if env is not None else None,
     )
     return PolicyNet(info, body, head, normalizer=normalizer, log_sigma=log_sigma, action_clip=None)
 

@@ -38,6 +38,10 @@ def measured_over_limit(row: dict[str, Any]) -> float | None:
             return float(row["max_flip_margin"] / limit) if limit else float("inf")
         case CheckKind.EPISODE_RETURN:
             return float(row["return_rel_diff"] / row["return_rtol"]) if row.get("return_rtol") else None
+        case CheckKind.PUBLISHED_RETURN:
+            if row.get("return_atol"):
+                return float(row["return_abs_diff"] / row["return_atol"])
+            return 0.0 if row.get("return_abs_diff") == 0 else float("inf")
         case CheckKind.ERROR | CheckKind.CROSS_CARD | CheckKind.BATCH_INVARIANCE:
             return None
         case _:
@@ -120,10 +124,16 @@ def short_name(policy: str) -> str:
 
 
 def print_summary(
-    checks: pa.Table, run_id: str, status: str, out: TextIO, without_episodes: dict[str, str] | None = None
+    checks: pa.Table,
+    run_id: str,
+    status: str,
+    out: TextIO,
+    without_episodes: dict[str, str] | None = None,
+    env_renames: dict[str, str] | None = None,
 ) -> None:
     """The verdict table: PASS/FAIL count only gating rows; lower-case "pass" and "finding" mark
-    checks that do not gate (the tolerance table off bounded outputs, batch invariance)."""
+    checks that do not gate (the tolerance table off bounded outputs, batch invariance, the
+    published score); then each environment id gymnasium renamed, once per policy."""
     groups = summarize(checks)
     header = f"{'policy':<24} {'dtype':<13} {'check':<17} {'verdict':<11} {'checks':>6} {'worst/limit':>12}"
     print(header, file=out)
@@ -142,6 +152,8 @@ def print_summary(
         print(f"  {line}", file=out)
     for policy, flag in (without_episodes or {}).items():
         print(f"  no episodes for {policy}: it names no environment ({flag} gives it episodes)", file=out)
+    for policy, rename in (env_renames or {}).items():
+        print(f"  renamed environment for {policy}: {rename}", file=out)
     gating = checks.filter(checks.column("gating")) if checks.num_rows else checks
     n_failed = int(pc.sum(pc.invert(gating.column("passed"))).as_py() or 0) if gating.num_rows else 0
     print(f"run {run_id}: {status.upper()} ({checks.num_rows} checks, {gating.num_rows} gating, {n_failed} failed)", file=out)

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from harness.devices import Kind, resolve_accelerator
 from harness.envs.registry import check_env
+from harness.envs.spec import EnvSpec
 from harness.inference.timing import LatencyStats, Throughput, measure_latency
 from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
@@ -74,15 +75,11 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
             for dtype in config.dtypes
             for size in config.batch_sizes
         ]
-        for p in policies.values():
-            if p.info.env_id is not None:
-                check_env(p.info.env_id, p.info)
+        envs = {name: env for name, p in policies.items() if (env := EnvSpec.played_by(p.info)) is not None}
+        for name, env in envs.items():
+            check_env(env, policies[name].info)
         loops = [
-            (name, p.info.env_id, dtype, size)
-            for name, p in policies.items()
-            if p.info.env_id
-            for dtype in config.dtypes
-            for size in config.batch_sizes
+            (name, env, dtype, size) for name, env in envs.items() for dtype in config.dtypes for size in config.batch_sizes
         ]
     n_placed = config.cards or (max(config.card_counts) if config.card_counts else None)
 
@@ -237,16 +234,18 @@ def _throughput_row(
     )
 
 
-def _closed_loop(card: BenchCard, loops: list[tuple[str, str, str, int]], config: BenchConfig, bar: tqdm) -> list[BenchRow]:
+def _closed_loop(
+    card: BenchCard, loops: list[tuple[str, EnvSpec, str, int]], config: BenchConfig, bar: tqdm
+) -> list[BenchRow]:
     """Episodes of each policy's environment in lockstep on one card, one forward per step."""
     impl = None if config.env_impl == "auto" else config.env_impl
     rows = []
-    for policy, env_id, dtype, n_envs in loops:
-        result = ray.get(card.actor.closed_loop.remote(policy, dtype, env_id, impl, n_envs, config.seed, config.duration))
+    for policy, env, dtype, n_envs in loops:
+        result = ray.get(card.actor.closed_loop.remote(policy, dtype, env, impl, n_envs, config.seed, config.duration))
         step_ms = result.elapsed_s / result.steps * 1e3  # one lockstep step: a forward and an env step
         detail = {
             "env_impl": config.env_impl,
-            "env_id": env_id,
+            "env_id": env.key,
             "episodes": len(result.returns),
             "first_seed": config.seed,
             "mean_return": float(result.returns.mean()),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.envs.registry import max_episode_steps
+from harness.envs.registry import entry_point, max_episode_steps
 from harness.errors import UsageError
 from harness.policies import PolicyNet
 from harness.run.options import BenchConfig, CommonOptions, SweepConfig
@@ -30,9 +30,12 @@ GIB = 1024**3
 # A card or reference actor's own footprint: measured 278 MiB (RSS) for a process with torch,
 # Ray, gymnasium and cartpole + huggy-arch in three dtypes.
 ACTOR_BYTES = 320 * 1024**2
-# One gymnasium environment of a lockstep set: measured 6 KB for seals/CartPole-v0 and under
-# 1 KB for the other classic-control ones; Box2D worlds and Atari emulators weigh more.
+# One gymnasium environment of a lockstep set, by where it comes from: measured 6 KB for
+# seals/CartPole-v0 and under 1 KB for the other classic-control ones, 96 KiB for a LunarLander
+# and 342 KiB for a BipedalWalker world, 1.4 MiB for an Atari emulator behind AtariWrapper with
+# 4 frames stacked (RSS over 16 of them).
 ENV_BYTES = 64 * 1024
+ENV_BYTES_BY_ENTRY_POINT = {"gymnasium.envs.box2d": 512 * 1024, "ale_py": 2 * 1024**2}
 # Episodes without a horizon of their own are cut at this many steps (harness/envs/lockstep.py).
 DEFAULT_HORIZON = 10_000
 # The reference computes a batch three ways (golden, float32, the card's dtype).
@@ -170,6 +173,9 @@ def activation_bytes_per_row(policy: PolicyNet) -> int:
 def episode_bytes(policy: PolicyNet, episodes: int) -> int:
     """One episode unit on one actor: its lockstep environments and the step-by-step history of
     actions and noise kept until the episodes end."""
-    horizon = (max_episode_steps(policy.info.env_id) if policy.info.env_id else None) or DEFAULT_HORIZON
+    env_id = policy.info.env_id
+    horizon = (max_episode_steps(env_id) if env_id else None) or DEFAULT_HORIZON
     per_step = 8 + 2 * 4 * policy.info.action_size  # an int64 or float32 action, and its noise
-    return episodes * (ENV_BYTES + horizon * per_step)
+    where = entry_point(env_id) if env_id else ""
+    env = next((n for module, n in ENV_BYTES_BY_ENTRY_POINT.items() if where.startswith(module)), ENV_BYTES)
+    return episodes * (env + horizon * per_step)

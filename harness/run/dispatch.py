@@ -23,6 +23,7 @@ from typing import Any, TypeVar, assert_never
 import ray
 
 from harness.dtypes import base_dtype
+from harness.envs.spec import EnvSpec
 from harness.judge.verdicts import (
     REFERENCE,
     Check,
@@ -31,11 +32,12 @@ from harness.judge.verdicts import (
     judge_batch_invariance,
     judge_episodes,
     judge_onnx,
+    judge_published,
 )
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import GOLDEN
 from harness.run.place import Placement
-from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
+from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, PublishedWork, Unit
 from harness.store.schema import CheckRow, EpisodeRow
 from harness.workloads import ObsBatch
 
@@ -112,6 +114,11 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs) -> Submitted:
         key = ("reference", unit.policy, batch.sha256, as_dtype)
         return once(key, lambda: reference.run_batch.remote(unit.policy, as_dtype, batch.obs, batch.noise))
 
+    def reference_episodes(episodes: EpisodeWork) -> ray.ObjectRef:
+        # Keyed by the episodes: the unit of every dtype and the published score's share them.
+        key = ("reference", unit.policy, episodes.input_sha256, "float32")
+        return once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *episode_args(episodes)))
+
     def whole_batch(batch_work: BatchWork | InvarianceWork) -> list[ray.ObjectRef]:
         obs, noise = batch_work.batch.obs, batch_work.batch.noise
         key = ("cards", unit.policy, unit.dtype, batch_work.batch.sha256)
@@ -137,13 +144,18 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs) -> Submitted:
                 Role.ONNX: once(onnx_key, lambda: reference.run_onnx.remote(unit.policy, work.batch.obs)),
             }
         case EpisodeWork():
-            args = (work.env_id, list(work.seeds), work.stochastic, work.batching)
-            job.cards = [c.run_episodes.remote(unit.policy, dtype, *args) for c in cards]
-            key = ("reference", unit.policy, work.input_sha256, "float32")
-            job.references = {Role.FLOAT32: once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *args))}
+            job.cards = [c.run_episodes.remote(unit.policy, dtype, *episode_args(work)) for c in cards]
+            job.references = {Role.FLOAT32: reference_episodes(work)}
+        case PublishedWork():
+            job.references = {Role.FLOAT32: reference_episodes(work.episodes)}
         case _:
             assert_never(work)
     return job
+
+
+def episode_args(work: EpisodeWork) -> tuple[EnvSpec, list[int], bool, str]:
+    """What an actor's run_episodes takes after the policy and dtype."""
+    return work.env, list(work.seeds), work.stochastic, work.batching
 
 
 def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathered) -> tuple[list[Check], list[EpisodeRow]]:
@@ -164,6 +176,9 @@ def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathere
         case EpisodeWork():
             checks, steps = judge_episodes(got.cards, refs[Role.FLOAT32])
             return checks, episode_rows(unit, work, got.cards, refs[Role.FLOAT32], steps)
+        case PublishedWork():
+            score = work.published
+            return judge_published(refs[Role.FLOAT32], score.mean, score.std, score.source, rules.published_gates), []
         case _:
             assert_never(work)
 
@@ -203,7 +218,7 @@ def episode_rows(
                     policy=unit.policy,
                     dtype=unit.dtype,
                     device=label,
-                    env_id=work.env_id,
+                    env_id=work.env.env_id,
                     mode=work.mode,
                     batching=work.batching,
                     batch_size=work.batch_size,

@@ -279,6 +279,13 @@ class SweepConfig(CommonOptions):
         False,
         "on",
     )
+    require_published_return: bool = option(
+        "--require-published-return",
+        "fail the run when the CPU float32's mean episode return is not within the published score's standard "
+        "deviation (where the policy's files state one: a model card's mean_reward, results.json)",
+        False,
+        "on",
+    )
     inject_fault: list[str] = option(
         "--inject-fault",
         "fault for negative tests, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "

@@ -12,11 +12,14 @@ another unit than `float32`).
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from harness.envs.registry import check_env
+from harness.envs.renames import renamed
+from harness.envs.spec import EnvSpec
 from harness.policies import PolicyNet, PolicySpec, load_policy, with_found_env
 from harness.policies.base import ObservationNormalizer
+from harness.policies.policy_files import PublishedScore
 from harness.run.options import CommonOptions, SweepConfig
 from harness.workloads import ObsBatch, make_batch
 
@@ -26,6 +29,8 @@ UNIFORM_BATCH = 4096
 INVARIANCE_ROWS = (1, 8)
 # The loader check (onnx_reference) compares float32 implementations, whatever the cards run.
 LOADER_DTYPE = "float32"
+# A published score is compared with the CPU float32's episodes, whatever the cards run.
+PUBLISHED_DTYPE = "float32"
 
 
 @dataclass(frozen=True)
@@ -76,7 +81,7 @@ class LoaderWork:
 
 @dataclass(frozen=True)
 class EpisodeWork:
-    env_id: str
+    env: EnvSpec
     seeds: tuple[int, ...]
     stochastic: bool
     batching: str  # lockstep or single
@@ -95,10 +100,27 @@ class EpisodeWork:
 
     @property
     def input_sha256(self) -> str:
-        return hashlib.sha256(f"{self.env_id}|{self.seeds}|{self.stochastic}|{self.batching}".encode()).hexdigest()
+        return hashlib.sha256(f"{self.env.key}|{self.seeds}|{self.stochastic}|{self.batching}".encode()).hexdigest()
 
 
-Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork
+@dataclass(frozen=True)
+class PublishedWork:
+    """The CPU float32's episodes of a unit, in the mode the score was published in, against the
+    score the policy's files state: on the CPU only, sharing that unit's reference run."""
+
+    episodes: EpisodeWork
+    published: PublishedScore
+
+    @property
+    def name(self) -> str:
+        return f"published-{self.episodes.name}"
+
+    @property
+    def input_sha256(self) -> str:
+        return self.episodes.input_sha256
+
+
+Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | PublishedWork
 
 
 @dataclass(frozen=True)
@@ -118,8 +140,19 @@ def load_policies(config: CommonOptions) -> tuple[list[PolicySpec], dict[str, Po
     carrying the environment the driver found, so that no actor parses the files beside a
     policy again."""
     specs = policy_specs(config)
-    policies = {spec.source: load_policy(spec) for spec in specs}
+    policies = {spec.source: with_gymnasium_id(load_policy(spec)) for spec in specs}
     return [with_found_env(spec, policies[spec.source]) for spec in specs], policies
+
+
+def with_gymnasium_id(policy: PolicyNet) -> PolicyNet:
+    """`policy` playing its environment under the id gymnasium gives it now, where gymnasium
+    renamed the one its files (or the options) name; `env_source` says so."""
+    info = policy.info
+    if info.env_id is None or (rename := renamed(info.env_id)) is None:
+        return policy
+    source = f"{info.env_source}: {rename.describe(info.env_id)}"
+    policy.info = replace(info, env_id=rename.env_id, env_source=source, env_renamed_from=info.env_id)
+    return policy
 
 
 def policy_specs(config: CommonOptions) -> list[PolicySpec]:
@@ -148,8 +181,9 @@ class Inputs:
 def plan_inputs(config: SweepConfig, policy: PolicyNet) -> Inputs:
     """The batches and episodes; an environment that does not fit the policy is refused here,
     before Ray starts."""
-    if config.episodes and policy.info.env_id is not None:
-        check_env(policy.info.env_id, policy.info)
+    env = EnvSpec.played_by(policy.info)
+    if config.episodes and env is not None:
+        check_env(env, policy.info)
     return Inputs(plan_batches(config, policy), plan_episodes(config, policy))
 
 
@@ -172,6 +206,10 @@ def plan_units(
             units += [Unit(unit_id(policy, label, work), key, label, work) for work in works]
         if policy.info.onnx_path:
             units += [Unit(unit_id(policy, LOADER_DTYPE, LoaderWork(b)), key, LOADER_DTYPE, LoaderWork(b)) for b in batches]
+        published = policy.info.published
+        if published is not None:
+            scored = [PublishedWork(e, published) for e in inputs[key].episodes if e.stochastic != published.deterministic]
+            units += [Unit(unit_id(policy, PUBLISHED_DTYPE, work), key, PUBLISHED_DTYPE, work) for work in scored]
     return units
 
 
@@ -193,10 +231,11 @@ def largest_normal(batches: list[ObsBatch]) -> ObsBatch:
 
 def plan_episodes(config: SweepConfig, policy: PolicyNet) -> list[EpisodeWork]:
     """Closed-loop episodes for policies that have an environment."""
-    if config.episodes == 0 or policy.info.env_id is None:
+    env = EnvSpec.played_by(policy.info)
+    if config.episodes == 0 or env is None:
         return []
     seeds = tuple(range(config.seed, config.seed + config.episodes))
-    return [EpisodeWork(policy.info.env_id, seeds, stochastic, config.episode_batching) for stochastic in (False, True)]
+    return [EpisodeWork(env, seeds, stochastic, config.episode_batching) for stochastic in (False, True)]
 
 
 def unit_id(policy: PolicyNet, dtype: str, work: Work) -> str:

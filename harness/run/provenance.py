@@ -71,7 +71,9 @@ def new_run_row(
 
 def describe_policies(policies: dict[str, PolicyNet]) -> str:
     """JSON list: each policy's name, format, sha256 of its bytes, whether it is synthetic, its
-    environment and where that came from, and what normalizes its observations."""
+    environment, where that came from (and the id its files named, where gymnasium renamed it),
+    how it is made (keyword arguments, wrappers, frames stacked), what normalizes its
+    observations, and the score it was published with."""
     return json.dumps(
         [
             {
@@ -84,6 +86,10 @@ def describe_policies(policies: dict[str, PolicyNet]) -> str:
                 "env_source": p.info.env_source,
                 "obs_normalization": p.info.obs_normalization,
                 "inputs": [i.describe() for i in p.info.inputs],
+                "env_renamed_from": p.info.env_renamed_from or None,
+                "env_setup": p.info.env_setup.describe() or None,
+                "env_setup_source": p.info.env_setup.source or None,
+                "published_return": p.info.published.describe() if p.info.published is not None else None,
             }
             for k, p in policies.items()
         ]

@@ -98,15 +98,17 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         passed = bool(gating.num_rows) and all(gating.column("passed").to_pylist())
         status = "passed" if passed else "failed"
         unplayed = without_episodes(config, policies)
+        renames = env_renames(policies)
         summary = {
             "units": len(units),
             "resumed_units": len(units) - len(todo),
             "dead_cards": dead,
             "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
             "without_episodes": unplayed,
+            "env_renames": renames,
         }
         writer.write_run(finish_run_row(run_row, status, summary, phases))
-    print_summary(checks, run_id, status, sys.stdout, unplayed)
+    print_summary(checks, run_id, status, sys.stdout, unplayed, renames)
     return SweepOutcome(run_id, passed, status, table_dir(results, "checks", run_id), phases, reference_s)
 
 
@@ -129,6 +131,11 @@ def without_episodes(config: SweepConfig, policies: dict[str, PolicyNet]) -> dic
     if config.episodes == 0:
         return {}
     return {key: "--env ENV_ID" for key, p in policies.items() if p.info.env_id is None}
+
+
+def env_renames(policies: dict[str, PolicyNet]) -> dict[str, str]:
+    """Each policy whose environment gymnasium renamed: the rename, as its env_source says it."""
+    return {key: p.info.env_source for key, p in policies.items() if p.info.env_renamed_from}
 
 
 def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
@@ -181,7 +188,8 @@ def _fan_out_and_judge(
             got, errors = _gather(job, labels, dead)
         with phases("judge"):
             tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
-            rules = Rules(unit.dtype, limits, tolerance, user_set, policies[unit.policy].bounded_outputs())
+            bounded = policies[unit.policy].bounded_outputs()
+            rules = Rules(unit.dtype, limits, tolerance, user_set, bounded, config.require_published_return)
             checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
             rows = [check_row(unit, c) for c in errors + checks]
             if isinstance(unit.work, BatchWork):

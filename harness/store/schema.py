@@ -24,7 +24,7 @@ class CheckRow:
     dtype: str  # the card's dtype, with its precision mode where reduced: float32-tf32, float32-hf32
     workload: str
     output: str
-    kind: str  # cross_card, cpu_reference, decisions, tolerance, onnx_reference, batch_invariance, episode_return, error
+    kind: str  # a CheckKind: cross_card, cpu_reference, decisions, ... (harness/judge/kinds.py)
     device_a: str
     device_b: str
     input_sha256: str
@@ -67,6 +67,10 @@ class CheckRow:
     return_b: float | None = None
     return_rel_diff: float | None = None
     return_rtol: float | None = None
+    # the published score (published_return): pass when return_abs_diff <= return_atol, return_b the published mean
+    return_abs_diff: float | None = None
+    return_atol: float | None = None
+    published_std: float | None = None
     detail: str = ""
 
 
