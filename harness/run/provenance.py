@@ -71,7 +71,8 @@ def new_run_row(
 
 def describe_policies(policies: dict[str, PolicyNet]) -> str:
     """JSON list: each policy's name, format, sha256 of its bytes, whether it is synthetic, its
-    environment and where that came from, and what normalizes its observations."""
+    environment and where that came from, what normalizes its observations, its inputs and how
+    its stochastic actions are drawn."""
     return json.dumps(
         [
             {
@@ -84,6 +85,7 @@ def describe_policies(policies: dict[str, PolicyNet]) -> str:
                 "env_source": p.info.env_source,
                 "obs_normalization": p.info.obs_normalization,
                 "inputs": [i.describe() for i in p.info.inputs],
+                "sampling": p.info.sampling.describe(),
             }
             for k, p in policies.items()
         ]
