@@ -59,7 +59,7 @@ def build(save: Save) -> Actor:
     head = layers[-1]
     sampling, log_sigma, squashed = _distribution(save, latent=sizes[-2])
     weights.check_all_taken((*CRITIC, "features_extractor.") if pi_features else CRITIC, "an actor-critic policy")
-    parts = [save.policy_class.name, *([features.describe] if features.describe else []), activation, arch.describe()]
+    parts = [save.policy_class.name, *([features.detail] if features.detail else []), activation, arch.describe()]
     if squashed:
         parts.append("tanh-squashed")
     return Actor(features, body, head, sampling, log_sigma, squashed=squashed, detail=", ".join(parts))

@@ -8,7 +8,7 @@ from the JSON ever allocates more than the (bounded) state dict already holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,49 +133,69 @@ class Features:
     inputs: tuple[ObsInput, ...]
     size: int  # the features' width: what the body takes
     normalize_images: bool
-    describe: str
+    detail: str  # e.g. "NatureCNN 3x84x84"; "" for a flattened vector
 
 
 def features(weights: Weights, prefix: str, extractor: str, space: BoxSpace | DictSpace, normalize_images: bool) -> Features:
     """The features extractor at `prefix` ("features_extractor.", "actor.features_extractor.") of
     the class `extractor`, for the observation `space`."""
-    path = weights.path
-    if extractor == FLATTEN:
-        if not isinstance(space, BoxSpace):
-            raise PolicyLoadError(path, "a Dict observation needs MultiInputPolicy (CombinedExtractor), not FlattenExtractor")
-        if _is_image(space):
-            problem = "image observations (uint8, 3 dimensions) under FlattenExtractor are not supported: use CnnPolicy"
-            raise PolicyLoadError(path, problem)
-        obs = ObsInput("obs", (space.size,), "float32", space.low, space.high)
-        return Features(None, (obs,), space.size, False, "")
-    if extractor == NATURE:
-        if not isinstance(space, BoxSpace):
-            raise PolicyLoadError(path, "a Dict observation needs MultiInputPolicy (CombinedExtractor), not NatureCNN")
-        cnn = _nature_cnn(weights, prefix, "obs", space, normalize_images)
-        obs = _image_input("obs", space, normalize_images)
-        return Features(cnn, (obs,), cnn.features_dim, normalize_images, f"NatureCNN {_shape(space)}")
-    if extractor == COMBINED:
-        if not isinstance(space, DictSpace):
-            raise PolicyLoadError(path, "CombinedExtractor needs a Dict observation space")
-        extractors: dict[str, nn.Module] = {}
-        inputs, parts, size = [], [], 0
-        for key, sub in space.spaces:
-            at = f"{prefix}extractors.{key}."
-            if weights.has(f"{at}cnn.0.weight"):
-                cnn = _nature_cnn(weights, at, key, sub, normalize_images)
-                extractors[key], width = cnn, cnn.features_dim
-                inputs.append(_image_input(key, sub, normalize_images))
-                parts.append(f"{key} NatureCNN {_shape(sub)}")
-            else:
-                if sub.dtype == "uint8":
-                    raise PolicyLoadError(path, f"Dict observation key {key!r} is uint8 but no image: not supported")
-                extractors[key], width = nn.Flatten(), sub.size
-                inputs.append(ObsInput(key, sub.shape, "float32", sub.low, sub.high))
-                parts.append(f"{key} {_shape(sub)}")
-            size += width
-        return Features(Combined(extractors), tuple(inputs), size, normalize_images, "Combined: " + ", ".join(parts))
-    known = ", ".join(name.rsplit(".", 1)[1] for name in (FLATTEN, NATURE, COMBINED))
-    raise PolicyLoadError(path, f"features extractor {extractor} is not supported (only SB3's {known})")
+    build = EXTRACTORS.get(extractor)
+    if build is None:
+        known = ", ".join(name.rsplit(".", 1)[1] for name in EXTRACTORS)
+        raise PolicyLoadError(weights.path, f"features extractor {extractor} is not supported (only SB3's {known})")
+    return build(weights, prefix, space, normalize_images)
+
+
+def _flatten(weights: Weights, prefix: str, space: BoxSpace | DictSpace, normalize_images: bool) -> Features:
+    box = _box(weights, space, "FlattenExtractor")
+    if _is_image(box):
+        problem = "image observations (uint8, 3 dimensions) under FlattenExtractor are not supported: use CnnPolicy"
+        raise PolicyLoadError(weights.path, problem)
+    return Features(None, (ObsInput("obs", (box.size,), "float32", box.low, box.high),), box.size, False, "")
+
+
+def _nature(weights: Weights, prefix: str, space: BoxSpace | DictSpace, normalize_images: bool) -> Features:
+    box = _box(weights, space, "NatureCNN")
+    cnn = _nature_cnn(weights, prefix, "obs", box, normalize_images)
+    return Features(cnn, (_image_input("obs", box),), cnn.features_dim, normalize_images, f"NatureCNN {_shape(box)}")
+
+
+def _combined(weights: Weights, prefix: str, space: BoxSpace | DictSpace, normalize_images: bool) -> Features:
+    """A NatureCNN for each key SB3 took for an image (policy.pth holds its convolutions), a
+    Flatten for each other key."""
+    if not isinstance(space, DictSpace):
+        raise PolicyLoadError(weights.path, "CombinedExtractor needs a Dict observation space")
+    extractors: dict[str, nn.Module] = {}
+    inputs, parts, size = [], [], 0
+    for key, sub in space.spaces:
+        at = f"{prefix}extractors.{key}."
+        if weights.has(f"{at}cnn.0.weight"):
+            cnn = _nature_cnn(weights, at, key, sub, normalize_images)
+            extractors[key], width = cnn, cnn.features_dim
+            inputs.append(_image_input(key, sub))
+            parts.append(f"{key} NatureCNN {_shape(sub)}")
+        elif sub.dtype == "uint8":
+            raise PolicyLoadError(weights.path, f"Dict observation key {key!r} is uint8 but no image: not supported")
+        else:
+            extractors[key], width = nn.Flatten(), sub.size
+            inputs.append(ObsInput(key, sub.shape, "float32", sub.low, sub.high))
+            parts.append(f"{key} {_shape(sub)}")
+        size += width
+    return Features(Combined(extractors), tuple(inputs), size, normalize_images, "Combined: " + ", ".join(parts))
+
+
+EXTRACTORS: dict[str, Callable[[Weights, str, BoxSpace | DictSpace, bool], Features]] = {
+    FLATTEN: _flatten,
+    NATURE: _nature,
+    COMBINED: _combined,
+}
+"""SB3's features extractors, by class; any other is refused by name."""
+
+
+def _box(weights: Weights, space: BoxSpace | DictSpace, extractor: str) -> BoxSpace:
+    if not isinstance(space, BoxSpace):
+        raise PolicyLoadError(weights.path, f"a Dict observation needs MultiInputPolicy (CombinedExtractor), not {extractor}")
+    return space
 
 
 def _is_image(space: BoxSpace) -> bool:
@@ -186,11 +206,11 @@ def _shape(space: BoxSpace) -> str:
     return "x".join(map(str, space.shape))
 
 
-def _image_input(name: str, space: BoxSpace, normalize_images: bool) -> ObsInput:
-    """An image as the policy sees it, channels first (after VecTransposeImage). Scaled by the
-    policy, it is uint8 within 0-255 (SB3 checks those bounds to call it an image); else it
-    goes in as floats."""
-    if normalize_images:
+def _image_input(name: str, space: BoxSpace) -> ObsInput:
+    """An image as the policy sees it, channels first (after VecTransposeImage): uint8 within
+    0-255 as SB3 requires of what it scales (its bounds, summarized in data, go without saying),
+    or floats already normalized."""
+    if space.dtype == "uint8":
         return ObsInput(name, space.shape, "uint8")
     return ObsInput(name, space.shape, "float32", space.low, space.high)
 

@@ -58,12 +58,16 @@ def qrdqn(save: Save) -> Actor:
 
 
 def _network(save: Save, name: str, n_out: int | None) -> tuple[Features, list[nn.Linear], str]:
-    """The network `name` (q_net, quantile_net): its features and its MLP's Linear layers."""
+    """The network `name` (q_net, quantile_net): its features and its MLP's Linear layers, the
+    last giving `n_out` values where that is known."""
+    save.check_actions("discrete")
     features = save.features(f"{name}.features_extractor.")
     layers = linear_chain(save.weights, f"{name}.{name}.", features.size, why=f"{name} on {features.size} features")
-    if not layers or (n_out is not None and layers[-1].out_features != n_out):
-        got = layers[-1].out_features if layers else "no"
-        raise PolicyLoadError(save.path, f"{name}'s last layer gives {got} values, not one for each of {n_out} actions")
+    if not layers:
+        raise PolicyLoadError(save.path, f"policy.pth has no {name}.{name} layers")
+    if n_out is not None and layers[-1].out_features != n_out:
+        problem = f"{name}'s last layer gives {layers[-1].out_features} values, not one for each of {n_out} actions"
+        raise PolicyLoadError(save.path, problem)
     hidden = [layer.out_features for layer in layers[:-1]]
     save.check_hidden(hidden, [] if save.extractor == NATURE else DEFAULT_NET_ARCH, name)
     return features, layers, save.activation(DEFAULT_ACTIVATION)
@@ -75,5 +79,5 @@ def _actor(save: Save, features: Features, body: nn.Sequential, head: nn.Module,
         raise PolicyLoadError(save.path, f"data's exploration_final_eps is {epsilon!r}, expected a number in [0, 1]")
     sampling = Sampling(SamplingKind.EPSILON_GREEDY, epsilon=float(epsilon), source="exploration_final_eps")
     hidden = [m.out_features for m in body if isinstance(m, nn.Linear)]
-    parts = [save.policy_class.name, *([features.describe] if features.describe else []), f"{what} {hidden}"]
+    parts = [save.policy_class.name, *([features.detail] if features.detail else []), f"{what} {hidden}"]
     return Actor(features, body, head, sampling, detail=", ".join(parts))

@@ -26,8 +26,7 @@ NOT_ACTOR = ("critic.", "critic_target.")
 
 def build(save: Save) -> Actor:
     path, weights, actions = save.path, save.weights, save.action.size
-    if save.action.kind != "continuous":
-        raise PolicyLoadError(path, f"{save.policy_class.name} acts on a Box, but the action space is discrete")
+    save.check_actions("continuous")
     features = save.features("actor.features_extractor.")
     layers = linear_chain(weights, "actor.latent_pi.", features.size, why=f"actor.latent_pi on {features.size} features")
     hidden = [layer.out_features for layer in layers]
@@ -39,7 +38,7 @@ def build(save: Save) -> Actor:
     if isinstance(declared, bool) and declared != use_sde:
         held = "a gSDE parameter" if use_sde else "a layer"
         raise PolicyLoadError(path, f"data says use_sde {declared}, but policy.pth's actor.log_std is {held}")
-    parts = [save.policy_class.name, *([features.describe] if features.describe else [])]
+    parts = [save.policy_class.name, *([features.detail] if features.detail else [])]
     parts.append(f"actor.latent_pi {hidden}, {activation}")
     if use_sde:
         full_std = save.flag("full_std", True)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from harness.errors import PolicyLoadError
-from harness.policies.base import Sampling
+from harness.policies.base import ActionKind, Sampling
 from harness.policies.sb3 import archive
 from harness.policies.sb3.archive import PolicyClass
 from harness.policies.sb3.layers import Features, Weights, features
@@ -43,6 +43,12 @@ class Save:
 
     def number(self, name: str, default: float) -> float:
         return archive.number(self.path, self.kwargs, name, default)
+
+    def check_actions(self, kind: ActionKind) -> None:
+        """A family that acts in one kind of action space only, refusing the other."""
+        if self.action.kind != kind:
+            space = "a Discrete action space" if kind == "discrete" else "a Box action space"
+            raise PolicyLoadError(self.path, f"{self.policy_class.name} acts in {space}, but the save's is not one")
 
     def check_hidden(self, hidden: list[int], default: list[int], where: str) -> None:
         """The hidden layer sizes policy.pth holds at `where` against net_arch's (a list, or a

@@ -21,8 +21,7 @@ NOT_ACTOR = ("actor_target.", "critic.", "critic_target.")
 
 
 def build(save: Save) -> Actor:
-    if save.action.kind != "continuous":
-        raise PolicyLoadError(save.path, f"{save.policy_class.name} acts on a Box, but the action space is discrete")
+    save.check_actions("continuous")
     features = save.features("actor.features_extractor.")
     layers = linear_chain(save.weights, "actor.mu.", features.size, why=f"actor.mu on {features.size} features")
     if not layers or layers[-1].out_features != save.action.size:
@@ -31,6 +30,6 @@ def build(save: Save) -> Actor:
     save.check_hidden(hidden, CNN_NET_ARCH if save.extractor == NATURE else DEFAULT_NET_ARCH, "actor.mu")
     activation = save.activation(DEFAULT_ACTIVATION)
     save.weights.check_all_taken(NOT_ACTOR, "a TD3 actor")
-    parts = [save.policy_class.name, *([features.describe] if features.describe else []), f"actor.mu {hidden}, {activation}"]
+    parts = [save.policy_class.name, *([features.detail] if features.detail else []), f"actor.mu {hidden}, {activation}"]
     sampling = Sampling(SamplingKind.DETERMINISTIC)
     return Actor(features, mlp_of(layers[:-1], activation), layers[-1], sampling, squashed=True, detail=", ".join(parts))
