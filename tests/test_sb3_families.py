@@ -10,6 +10,7 @@ redrawn from N(0, 1) so that every layer matters, as tests/test_sb3_zip.py does.
 
 from __future__ import annotations
 
+import copy
 import json
 import warnings
 import zipfile
@@ -30,8 +31,9 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
 from harness.dtypes import GOLDEN
 from harness.errors import PolicyLoadError
-from harness.inference.capture import capture_activations
+from harness.inference.capture import capture_activations, layer_modules
 from harness.inference.forward import forward_outputs, head_name
+from harness.judge.localize import first_divergent_layer
 from harness.policies import PolicyNet, cast_policy, load_policy
 from harness.policies.base import SamplingKind
 from harness.policies.sb3_zip import load_sb3_zip
@@ -356,6 +358,17 @@ def test_every_layer_is_captured_by_name(saved: Saved) -> None:
         assert names[0] == "normalizer"
     with torch.inference_mode():
         np.testing.assert_array_equal(acts[names[-1]], policy(*obs).numpy())
+
+
+@pytest.mark.parametrize(("name", "layer"), [("ppo-cnn", "features.cnn.0"), ("dqn-dict", "features.extractors.img.cnn.0")])
+def test_a_perturbed_convolution_is_the_layer_named(name: str, layer: str, tmp_path: Path) -> None:
+    policy = load_sb3_zip(save_family(name, tmp_path).zip)
+    card = copy.deepcopy(policy)
+    with torch.no_grad():
+        card.get_submodule(layer).bias[0] += 1e-3
+    obs = tuple(torch.from_numpy(o) for o in make_batch(policy.info, "uniform", ROWS, 3).obs)
+    div = first_divergent_layer(capture_activations(card, obs), capture_activations(policy, obs), modules=layer_modules(card))
+    assert div is not None and div.layer == layer and div.module.startswith("Conv2d(")
 
 
 def test_gsde_noise_is_an_exploration_matrix_per_row(tmp_path: Path) -> None:
