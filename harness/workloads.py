@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import assert_never
 
 import numpy as np
 
-from harness.policies.base import NORMALIZER_CLAMP, ObsInput, PolicyInfo
+from harness.policies.base import NORMALIZER_CLAMP, ObsInput, PolicyInfo, SamplingKind
 
 DISTRIBUTIONS = ("normal", "uniform", "edge")
 # Observation bounds that are infinite, or float32-max as gymnasium writes "unbounded" (CartPole
@@ -21,6 +22,9 @@ UNBOUNDED_RANGE = 1.0
 UNBOUNDED_ABOVE = 1.0e30
 # "Far beyond the clamp": this many normalizer standard deviations from the mean.
 FAR_SIGMAS = 1.0e4
+# Epsilon-greedy noise: the score added to a row's random action, beyond any Q-value a policy
+# computes, so argmax(q + noise) takes it; finite, so the judge's margins stay numbers.
+EXPLORE = 1.0e30
 
 
 @dataclass(frozen=True)
@@ -30,7 +34,7 @@ class ObsBatch:
     distribution: str
     seed: int
     obs: tuple[np.ndarray, ...]  # one per input of the policy, each (size, *shape) in its dtype
-    noise: np.ndarray  # float32 (size, action_size): Gumbel for discrete, N(0, 1) for continuous
+    noise: np.ndarray  # float32 (size, *noise_shape(info)): see make_noise
     sha256: str
 
     @property
@@ -75,17 +79,45 @@ def make_batch(
     return ObsBatch(distribution, seed, obs, noise, batch_sha256(obs, noise))
 
 
+def noise_shape(info: PolicyInfo) -> tuple[int, ...]:
+    """One row's noise: a value per action, or gSDE's exploration matrix (latent, actions)."""
+    if info.sampling.kind is SamplingKind.STATE_DEPENDENT:
+        return (info.sampling.latent_size, info.action_size)
+    return (info.action_size,)
+
+
 def make_noise(info: PolicyInfo, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Sampling noise made on the CPU: cards have no reproducible RNG, so all draw from this."""
-    if info.action_kind == "discrete":
-        u = rng.uniform(np.finfo(np.float64).tiny, 1.0, (size, info.action_size))
-        return (-np.log(-np.log(u))).astype(np.float32)  # Gumbel(0, 1), for Gumbel-max sampling
-    return rng.standard_normal((size, info.action_size), dtype=np.float32)
+    """Sampling noise made on the CPU: cards have no reproducible RNG, so all draw from this.
+
+    The head's distribution: Gumbel(0, 1) per discrete action (Gumbel-max sampling), N(0, 1) per
+    continuous one. Epsilon-greedy: 0, or EXPLORE on a uniform random action in a row drawn with
+    probability epsilon (each row decides alone; SB3's predict draws once per batch). gSDE: an
+    N(0, 1) exploration matrix per row, which the policy scales by its std. Deterministic: zeros.
+    """
+    kind = info.sampling.kind
+    match kind:
+        case SamplingKind.DISTRIBUTION if info.action_kind == "discrete":
+            u = rng.uniform(np.finfo(np.float64).tiny, 1.0, (size, info.action_size))
+            return (-np.log(-np.log(u))).astype(np.float32)
+        case SamplingKind.DISTRIBUTION | SamplingKind.STATE_DEPENDENT:
+            return rng.standard_normal((size, *noise_shape(info)), dtype=np.float32)
+        case SamplingKind.EPSILON_GREEDY:
+            explore = rng.uniform(0.0, 1.0, size) < info.sampling.epsilon
+            actions = rng.integers(0, info.action_size, size)
+            noise = np.zeros((size, info.action_size), dtype=np.float32)
+            noise[np.flatnonzero(explore), actions[explore]] = EXPLORE
+            return noise
+        case SamplingKind.DETERMINISTIC:
+            return np.zeros((size, info.action_size), dtype=np.float32)
+        case _:
+            assert_never(kind)
 
 
 def episode_noise(info: PolicyInfo, episode_seed: int, steps: int) -> np.ndarray:
-    """Per-step noise for a stochastic episode: (steps, action_size), the same on every card."""
-    return make_noise(info, steps, np.random.default_rng([episode_seed, 0x5EED]))
+    """Per-step noise for a stochastic episode, the same on every card: (steps, *noise shape), or
+    (1, *noise shape) for gSDE, whose exploration matrix is held for the whole episode."""
+    held = info.sampling.kind is SamplingKind.STATE_DEPENDENT
+    return make_noise(info, 1 if held else steps, np.random.default_rng([episode_seed, 0x5EED]))
 
 
 def batch_sha256(obs: tuple[np.ndarray, ...], noise: np.ndarray) -> str:

@@ -138,7 +138,7 @@ def test_fingerprints_tell_integer_from_float_actions_of_the_same_bytes() -> Non
 def test_batch_shape_stays_the_same_when_episodes_end_at_different_steps(batching: str) -> None:
     policy = tiny_policy("CartPole-v1", **CASES["CartPole-v1"])
     sizes: list[int] = []
-    policy.register_forward_hook(lambda _module, inputs, _output: sizes.append(inputs[0].shape[0]))
+    policy.body.register_forward_hook(lambda _module, inputs, _output: sizes.append(inputs[0].shape[0]))
     episodes = run_episodes(policy, DEVICE, "CartPole-v1", SEEDS, False, batching)
     lengths = [e.length for e in episodes]
     assert len(set(lengths)) == len(SEEDS)

@@ -30,8 +30,10 @@ from stable_baselines3.common.base_class import BaseAlgorithm
 
 from harness.errors import PolicyLoadError
 from harness.policies import load_policy
-from harness.policies import loader, sb3_zip
-from harness.policies.sb3_zip import MAX_MEMBER_BYTES, load_sb3_zip
+from harness.policies import loader
+from harness.policies.sb3 import archive
+from harness.policies.sb3.archive import MAX_MEMBER_BYTES
+from harness.policies.sb3_zip import load_sb3_zip
 from tests.builders import SB3Expert, edit_data, rewrite_zip, save_sb3, sb3_head, to_sb3_1x
 from tests.third_party import ZOO_LOGITS, ZOO_SHA256, ZOO_ZIP
 
@@ -92,7 +94,7 @@ def test_info_names_file_version_activation_and_arch(relu_zip: tuple[PPO, Path])
     _, path = relu_zip
     info = load_sb3_zip(path, name="mine").info
     assert (info.name, info.source) == ("mine", "sb3-zip")
-    assert info.detail.endswith(", ReLU, pi [32, 16]") and info.detail.startswith("SB3 2.")
+    assert info.detail.endswith(", ActorCriticPolicy, ReLU, pi [32, 16]") and info.detail.startswith("SB3 2.")
     assert load_sb3_zip(path).info.name == str(path)
 
 
@@ -146,7 +148,7 @@ def test_sb3_1x_save_loads_without_gym(sb3_expert: SB3Expert) -> None:
     assert torch.max(torch.abs(ours - sb3_expert.logits(obs))).item() <= 1e-5
     assert torch.max(torch.abs(ours)).item() > 18, "logits the size of the published expert's, or larger"
     info = policy.info
-    assert info.detail == "SB3 1.0rc0, Tanh, pi [64, 64]"
+    assert info.detail == "SB3 1.0rc0, ActorCriticPolicy, Tanh, pi [64, 64]"
     assert (info.action_kind, info.obs_sizes, info.action_size) == ("discrete", (4,), 2)
     high = info.inputs[0].high
     assert high is not None and high[0] == pytest.approx(4.8) and high[1] > 3e38
@@ -159,7 +161,7 @@ def test_sb3_1x_rewrite_is_what_the_loader_reads_as_1x(relu_zip: tuple[PPO, Path
     obs = _obs(4)
     with torch.no_grad():
         assert torch.equal(old(obs), load_sb3_zip(path)(obs))
-    assert old.info.detail == "SB3 1.8.0, ReLU, pi [32, 16]"
+    assert old.info.detail == "SB3 1.8.0, ActorCriticPolicy, ReLU, pi [32, 16]"
 
 
 def test_sb3_1_0rc0_case_reproduces_its_logits(cases: Path) -> None:
@@ -171,7 +173,7 @@ def test_sb3_1_0rc0_case_reproduces_its_logits(cases: Path) -> None:
         assert torch.max(torch.abs(policy(obs) - expected)).item() <= 1e-5
     info = policy.info
     assert info.sha256 == ZOO_SHA256
-    assert info.detail == "SB3 1.0rc0, Tanh, pi [64, 64]"
+    assert info.detail == "SB3 1.0rc0, ActorCriticPolicy, Tanh, pi [64, 64]"
     assert (info.action_kind, info.obs_sizes, info.action_size) == ("discrete", (4,), 2)
     high = info.inputs[0].high
     assert high is not None and high[0] == pytest.approx(4.8)
@@ -214,17 +216,6 @@ def test_pickle_payload_is_never_executed(relu_zip: tuple[PPO, Path], tmp_path: 
     assert not marker.exists()
 
 
-class _ImageEnv(gym.Env[np.ndarray, int]):
-    observation_space = gym.spaces.Box(0, 255, (36, 36, 1), np.uint8)
-    action_space = gym.spaces.Discrete(2)
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
-        return np.zeros((36, 36, 1), np.uint8), {}
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
-        return np.zeros((36, 36, 1), np.uint8), 0.0, True, False, {}
-
-
 SOFTSIGN = "<class 'torch.nn.modules.activation.Softsign'>"  # a real torch activation, not one we map
 
 
@@ -233,8 +224,6 @@ def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
     text = tmp / "text.zip"
     text.write_text("not a zip")
     padded = json.dumps(json.loads(zipfile.ZipFile(src).read("data"))) + " " * (4 * 1024 * 1024)
-    cnn = tmp / "cnn.zip"
-    PPO("CnnPolicy", _ImageEnv(), n_steps=8, batch_size=8, device="cpu").save(cnn)
 
     def data(name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
         return edit_data(src, tmp / f"{name}.zip", edit)
@@ -267,7 +256,6 @@ def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
             data("pickled-arch", lambda d: d[kwargs].pop("net_arch")),
             "net_arch only inside a pickle",
         ),
-        "cnn": (cnn, "ActorCriticCnnPolicy is not an MLP"),
         "bomb-ratio": (rewrite_zip(src, tmp / "bomb.zip", data=padded.encode()), "looks like a zip bomb"),
         "oversized": (
             rewrite_zip(src, tmp / "huge.zip", **{"policy.pth": bytes(MAX_MEMBER_BYTES + 1)}),
@@ -307,7 +295,7 @@ def test_zip_over_the_size_limit_is_refused(relu_zip: tuple[PPO, Path], monkeypa
     """The zip is read once, into memory (the bytes hashed are the bytes parsed), so its size is capped."""
     _, path = relu_zip
     limit = path.stat().st_size - 1
-    monkeypatch.setattr(sb3_zip, "MAX_ZIP_BYTES", limit)
+    monkeypatch.setattr(archive, "MAX_ZIP_BYTES", limit)
     with pytest.raises(PolicyLoadError, match=re.escape(f"{path}: is over the {limit} byte limit for a policy zip")):
         load_sb3_zip(path)
 

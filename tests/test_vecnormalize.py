@@ -27,7 +27,7 @@ from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 from harness.errors import PolicyLoadError
 from harness.policies import cast_policy, load_policy
 from harness.policies import vecnormalize
-from harness.policies.vecnormalize import ALLOWED, read_vecnormalize
+from harness.policies.vecnormalize import ALLOWED, Moments, read_vecnormalize
 from tests.builders import SB3Expert, ZooRun, write_zoo_run
 
 # Spreads of the test observations: typical, wide, and far outside training so clip_obs acts.
@@ -111,8 +111,9 @@ def test_every_protocol_sb3_writes_reads_back(zoo: ZooRun, protocol: int, tmp_pa
     zoo.venv.observation_space.seed(0)  # spaces then carry a numpy Generator, as RL Zoo ones do
     path.write_bytes(pickle.dumps(zoo.venv, protocol=protocol))
     stats = read_vecnormalize(path)
-    assert stats.mean is not None and stats.var is not None
-    assert np.array_equal(stats.mean, zoo.venv.obs_rms.mean) and np.array_equal(stats.var, zoo.venv.obs_rms.var)
+    assert isinstance(stats.obs_rms, Moments)
+    assert np.array_equal(stats.obs_rms.mean, zoo.venv.obs_rms.mean)
+    assert np.array_equal(stats.obs_rms.var, zoo.venv.obs_rms.var)
     assert (stats.norm_obs, stats.epsilon, stats.clip_obs) == (True, 1e-8, 10.0)
 
 
@@ -271,8 +272,8 @@ def test_numpy_values_are_rebuilt_only_from_plain_numeric_dtypes(zoo: ZooRun, tm
     # Any byte order and float width of a plain array is rebuilt, as float64.
     big_endian = _with_mean(zoo, zoo.venv.obs_rms.mean.astype(">f4"), tmp_path / "big.pkl")
     stats = read_vecnormalize(big_endian)
-    assert stats.mean is not None and stats.mean.dtype == np.float64
-    assert np.array_equal(stats.mean, zoo.venv.obs_rms.mean.astype(np.float32))
+    assert isinstance(stats.obs_rms, Moments) and stats.obs_rms.mean.dtype == np.float64
+    assert np.array_equal(stats.obs_rms.mean, zoo.venv.obs_rms.mean.astype(np.float32))
 
 
 def test_unreadable_files_raise_one_line_errors(zoo: ZooRun, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,7 @@ _WIDENED = (torch.float16, torch.bfloat16)
 
 
 def leaf_layers(policy: PolicyNet) -> dict[str, nn.Module]:
-    """The modules hooked, by name: every module without children (`normalizer`, `body.i`, `head`)."""
+    """The modules hooked, by name: every module without children (`normalizer`, `features.cnn.0`, `body.i`, `head`)."""
     return {name: m for name, m in policy.named_modules() if name and next(m.children(), None) is None}
 
 
@@ -59,6 +59,8 @@ def _to_numpy(t: torch.Tensor) -> np.ndarray:
 def _module_text(m: nn.Module) -> str:
     if isinstance(m, nn.Linear):
         return f"Linear({m.in_features}, {m.out_features})"
+    if isinstance(m, nn.Conv2d):
+        return f"Conv2d({m.in_channels}, {m.out_channels}, {m.kernel_size[0]}, stride {m.stride[0]})"
     if isinstance(m, ObservationNormalizer):
         return f"{type(m).__name__}({m.mean().numel()})"
     return f"{type(m).__name__}()"

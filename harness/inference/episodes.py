@@ -10,7 +10,8 @@ batching says how the policy sees them:
 
 Rows are in ascending seed order whatever order the caller gives, so a seed's row, like the
 batch shape, depends only on the set of seeds. Stochastic episodes draw row i's noise at step t
-from `episode_noise(info, seed_i, horizon)[t]` in both batchings, so on a batch-invariant card
+from `episode_noise(info, seed_i, horizon)[t]` (gSDE: one exploration matrix held for the whole
+episode, as SB3 holds it between resets) in both batchings, so on a batch-invariant card
 the two agree bit for bit; where they part, the card is batch-variant: a finding, not a bug.
 Continuous actions are clipped to the action space's bounds before stepping, as SB3 does, and
 recorded as stepped.
@@ -112,8 +113,8 @@ def as_inputs(policy: PolicyNet, obs: Obs) -> Obs:
 
 def choose_actions(policy: PolicyNet, obs: tuple[torch.Tensor, ...], noise: torch.Tensor | None) -> torch.Tensor:
     """One forward over `obs` (one tensor per input of the policy) and each row's action."""
-    head = policy(*obs)
-    return policy.deterministic_action(head) if noise is None else policy.stochastic_action(head, noise)
+    latent, head = policy.latent_and_head(*obs)
+    return policy.deterministic_action(head) if noise is None else policy.stochastic_action(head, noise, latent)
 
 
 def _lockstep(policy: PolicyNet, noise: torch.Tensor | None) -> Decide:
@@ -140,6 +141,8 @@ def _single(policy: PolicyNet, noise: torch.Tensor | None) -> Decide:
 
 
 def _noise(policy: PolicyNet, device: Device, seeds: list[int], horizon: int) -> torch.Tensor:
-    """float32 (horizon, rows, action_size) on the card: step t's noise is one contiguous slice."""
+    """float32 (horizon, rows, *noise shape) on the card: step t's noise is one slice. Noise held
+    for a whole episode (gSDE's exploration matrix) is drawn once and repeated, not copied."""
     per_seed = np.stack([episode_noise(policy.info, seed, horizon) for seed in seeds], axis=1)
-    return torch.from_numpy(per_seed).to(device.torch_device)
+    noise = torch.from_numpy(per_seed).to(device.torch_device)
+    return noise.expand(horizon, *noise.shape[1:])

@@ -8,11 +8,15 @@ import torch
 
 from harness.devices import Device
 from harness.outputs import Outputs
-from harness.policies.base import PolicyNet
+from harness.policies.base import PolicyNet, SamplingKind
 
 
 def head_name(policy: PolicyNet) -> str:
-    return "logits" if policy.info.action_kind == "discrete" else "mu"
+    """The head's output, named for what it is: a Box policy's `mu`, a Q-network's `q_values`
+    (the discrete policies that explore epsilon-greedily), a categorical policy's `logits`."""
+    if policy.info.action_kind == "continuous":
+        return "mu"
+    return "q_values" if policy.info.sampling.kind is SamplingKind.EPSILON_GREEDY else "logits"
 
 
 def to_device(arrays: tuple[np.ndarray, ...], device: Device) -> tuple[torch.Tensor, ...]:
@@ -21,11 +25,11 @@ def to_device(arrays: tuple[np.ndarray, ...], device: Device) -> tuple[torch.Ten
 
 @torch.inference_mode()
 def forward_outputs(policy: PolicyNet, obs: tuple[torch.Tensor, ...], noise: torch.Tensor) -> dict[str, torch.Tensor]:
-    head = policy(*obs)
+    latent, head = policy.latent_and_head(*obs)
     return {
         head_name(policy): head,
         "action": policy.deterministic_action(head),
-        "stochastic_action": policy.stochastic_action(head, noise),
+        "stochastic_action": policy.stochastic_action(head, noise, latent),
     }
 
 

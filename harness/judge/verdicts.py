@@ -123,6 +123,9 @@ class Rules:
     """Outputs the policy declares bounded (clipped actions): the tolerance gates on them."""
     published_gates: bool = False
     """True when the user requires the published score (--require-published-return)."""
+    scores: str = "logits"
+    """The discrete head's output, whose margins judge a flipped decision: a categorical
+    policy's `logits`, a Q-network's `q_values`."""
 
 
 def tolerance_of(dtype: str, user: dict[str, Tolerance]) -> tuple[Tolerance, bool]:
@@ -200,11 +203,12 @@ def _decisions(
     rules: Rules, output: str, label: str, actions: np.ndarray, golden: Outputs, cpu_same: Outputs, noise: np.ndarray
 ) -> Check:
     """Argmax against the golden's; a flip is a near-tie when the golden's margin is within what
-    the dtype may move two scores by (the CPU's largest logit error in that row, times the limit)."""
-    logits = golden["logits"]
-    # Sampled actions are argmax(logits + Gumbel noise): the margin that matters includes the noise.
+    the dtype may move two scores by (the CPU's largest score error in that row, times the limit)."""
+    logits = golden[rules.scores]
+    # Sampled actions are argmax(scores + noise) (Gumbel, or epsilon-greedy's): the margin that
+    # matters includes the noise.
     scores = logits + noise.astype(np.float64) if output == "stochastic_action" else logits
-    limit = FLIP_SCORES * rules.limits.for_size(logits.size) * row_errors(cpu_same["logits"], logits, rules.dtype)
+    limit = FLIP_SCORES * rules.limits.for_size(logits.size) * row_errors(cpu_same[rules.scores], logits, rules.dtype)
     # A row whose golden or CPU score is not finite has no honest near-tie: any flip there fails.
     limit = np.where(np.isfinite(limit), limit, 0.0)
     return Check(output, CheckKind.DECISIONS, label, GOLDEN, True, compare_decisions(actions, golden[output], scores, limit))

@@ -1,16 +1,20 @@
 """The one torch module every loader produces, and the dtype rule applied to it.
 
-A policy is: an optional observation normalizer -> a body -> a head. The head output is `logits`
-for discrete actions and `mu` for continuous ones. Loaders only fill in weights; how a forward
-runs in float16, bfloat16 or the float64 golden is decided here, once, for every format.
+A policy is: an optional observation normalizer -> optional features (a CNN, a dict observation's
+extractors) -> a body -> a head. The head output is `logits` for a categorical policy, `q_values`
+for a Q-network and `mu` for continuous actions; actions come from it by one rule per kind of
+sampling (`SamplingKind`). Loaders only fill in weights; how a forward runs in float16, bfloat16
+or the float64 golden is decided here, once, for every format.
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 import math
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal, assert_never
 
 import numpy as np
 import torch
@@ -18,7 +22,6 @@ from torch import nn
 
 from harness.dtypes import CARD_DTYPES, GOLDEN, REDUCED_FLOAT32
 from harness.policies.policy_files import PLAIN, EnvSetup, PublishedScore
-import itertools
 
 ActionKind = Literal["discrete", "continuous"]
 
@@ -28,6 +31,48 @@ DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in CARD_DT
 
 # ML-Agents clamps normalized observations to this range (ml-agents/trainers/torch/networks.py).
 NORMALIZER_CLAMP = 5.0
+# SB3's StateDependentNoiseDistribution `epsilon`, which its expln std adds to the positive part.
+SDE_EPSILON = 1e-6
+# SB3's preprocess_obs divides image observations by this when normalize_images is set.
+IMAGE_SCALE = 255.0
+
+
+class SamplingKind(StrEnum):
+    """How a policy's stochastic action is drawn, and so which noise the CPU draws for each row
+    (harness/workloads.py `make_noise`)."""
+
+    DISTRIBUTION = "distribution"
+    """The head's own distribution: categorical over the logits (Gumbel-max), Gaussian around mu."""
+    EPSILON_GREEDY = "epsilon-greedy"
+    """A Q-network's: a uniform random action with probability epsilon, else the greedy one."""
+    STATE_DEPENDENT = "gsde"
+    """SB3's gSDE: mu + latent @ (E * std), with E ~ N(0, I) an exploration matrix per row."""
+    DETERMINISTIC = "deterministic"
+    """None: SB3's predict ignores `deterministic` for TD3, DDPG and ARS, so the sample is the action."""
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """A policy's stochastic action rule, with what its noise needs to know."""
+
+    kind: SamplingKind = SamplingKind.DISTRIBUTION
+    epsilon: float = 0.0  # EPSILON_GREEDY: the probability of a uniform random action
+    latent_size: int = 0  # STATE_DEPENDENT: rows of each exploration matrix (the body's output size)
+    expln: bool = False  # STATE_DEPENDENT: SB3's use_expln std in place of exp(log_std)
+    source: str = ""  # where a parameter came from, e.g. "exploration_final_eps"
+
+    def describe(self) -> str:
+        match self.kind:
+            case SamplingKind.DISTRIBUTION:
+                return "sampled from the head's distribution"
+            case SamplingKind.EPSILON_GREEDY:
+                return f"epsilon-greedy, epsilon {self.epsilon:g}" + (f" ({self.source})" if self.source else "")
+            case SamplingKind.STATE_DEPENDENT:
+                return f"gSDE, exploration matrix {self.latent_size} x actions" + (", expln std" if self.expln else "")
+            case SamplingKind.DETERMINISTIC:
+                return "deterministic (the sampled action is the action, as SB3's predict gives it)"
+            case _:
+                assert_never(self.kind)
 
 
 ObsDtype = Literal["float32", "uint8"]
@@ -76,6 +121,7 @@ class PolicyInfo:
     env_setup: EnvSetup = PLAIN  # how env_id is made: its keyword arguments, wrappers, frames stacked
     published: PublishedScore | None = None  # the score the policy's files say it was published with on env_id
     env_renamed_from: str = ""  # the id the files named, where gymnasium renamed it env_id (harness/envs/renames.py)
+    sampling: Sampling = field(default_factory=Sampling)  # how its stochastic action is drawn
 
     @property
     def obs_sizes(self) -> tuple[int, ...]:
@@ -135,15 +181,18 @@ class Normalizer(ObservationNormalizer):
 
 
 class PolicyNet(nn.Module):
-    """float32 observations in (one tensor per input), float32 logits or mu out (float64 in the
-    golden).
+    """Observations in (one tensor per input: float32, or uint8 images), float32 head outputs out
+    (float64 in the golden).
 
-    Named children (`normalizer`, `body.0`, `body.1`, ..., `head`) are what a layer-by-layer
-    divergence search hooks into, so they are part of the contract. The body is any module: an
-    MLP built by `mlp()`, or a graph rebuilt from ONNX.
+    Named children (`normalizer`, `features`, `body.0`, `body.1`, ..., `head`) are what a
+    layer-by-layer divergence search hooks into, so they are part of the contract. The body is
+    any module: an MLP built by `mlp()`, or a graph rebuilt from ONNX. Without `features` the
+    inputs are vectors, concatenated; with it, each input goes to the features as itself.
     """
 
     log_sigma: torch.Tensor | None
+    action_low: torch.Tensor | None
+    action_high: torch.Tensor | None
 
     def __init__(
         self,
@@ -153,18 +202,33 @@ class PolicyNet(nn.Module):
         normalizer: nn.Module | None = None,
         log_sigma: torch.Tensor | None = None,
         action_clip: float | None = None,
+        *,
+        features: nn.Module | None = None,
+        log_std: nn.Module | None = None,
+        normalize_images: bool = False,
+        action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> None:
         super().__init__()
+        if action_clip is not None and action_bounds is not None:
+            raise ValueError("a policy squashes its actions one way: ML-Agents' clip or SB3's tanh, not both")
         self.info = info
+        # Registered in the order they run, as the layer search reads them.
         self.normalizer = normalizer
+        self.features = features
         self.body = body
         self.head = head
-        if log_sigma is not None:
-            self.register_buffer("log_sigma", log_sigma.detach().clone().float())
-        else:
-            self.log_sigma = None
+        # SAC and TQC: the Gaussian's log std is a layer of the body's output (clamped inside it).
+        self.log_std = log_std
+        # The Gaussian's free log std: (actions,), or gSDE's (latent, actions or 1). Float32 always.
+        self._float32_buffer("log_sigma", log_sigma)
         # ML-Agents: action = clip(mu, -3, 3) / 3. None: the action is mu itself (SB3 Box).
         self.action_clip = action_clip
+        # SB3's squashed policies: tanh, then unscale_action to the action space's [low, high].
+        low, high = action_bounds if action_bounds is not None else (None, None)
+        self._float32_buffer("action_low", low)
+        self._float32_buffer("action_high", high)
+        # SB3's preprocess_obs: uint8 image inputs divided by 255, in float32 before the features.
+        self.normalize_images = normalize_images
         # What the body and head compute in, and what goes in and comes out: float32, or the
         # golden's float64 throughout. Set by `cast_policy`, never guessed from a weight.
         self.compute_dtype = torch.float32
@@ -173,49 +237,127 @@ class PolicyNet(nn.Module):
         self.requires_grad_(False)
         self.eval()
 
+    def _float32_buffer(self, name: str, value: torch.Tensor | None) -> None:
+        if value is not None:
+            self.register_buffer(name, value.detach().clone().float())
+        else:
+            setattr(self, name, None)
+
     def forward(self, *obs: torch.Tensor) -> torch.Tensor:
-        if len(obs) != len(self.info.obs_sizes):
-            raise ValueError(f"{self.info.name} takes {len(self.info.obs_sizes)} observation inputs, got {len(obs)}")
-        x = (torch.cat(obs, dim=-1) if len(obs) > 1 else obs[0]).to(self.io_dtype)
+        return self.latent_and_head(*obs)[1]
+
+    def latent_and_head(self, *obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The body's output (what gSDE and SAC's log std read, in the compute dtype) and the head's."""
+        if len(obs) != len(self.info.inputs):
+            raise ValueError(f"{self.info.name} takes {len(self.info.inputs)} observation inputs, got {len(obs)}")
+        if self.features is None:
+            x = (torch.cat(obs, dim=-1) if len(obs) > 1 else obs[0]).to(self.io_dtype)
+            if self.normalizer is not None:
+                x = self.normalizer(x)
+        else:
+            x = self.features(*self._preprocessed(obs))
+        latent = self.body(x.to(self.compute_dtype))
+        out: torch.Tensor = self.head(latent)
+        return latent, out.to(self.io_dtype)
+
+    def _preprocessed(self, obs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
+        """Each input as the features take it, in the compute dtype. Before that, in the io dtype:
+        the float inputs through the normalizer, which sees them flattened and concatenated as a
+        vector policy's, and the images divided by 255 where the policy says so."""
+        x = [o.to(self.io_dtype) for o in obs]
+        floats = [i for i, inp in enumerate(self.info.inputs) if inp.dtype == "float32"]
         if self.normalizer is not None:
-            x = self.normalizer(x)
-        x = self.body(x.to(self.compute_dtype))
-        out: torch.Tensor = self.head(x)
-        return out.to(self.io_dtype)
+            flat = self.normalizer(torch.cat([x[i].flatten(1) for i in floats], dim=1))
+            for i, part in zip(floats, flat.split([self.info.inputs[i].size for i in floats], dim=1), strict=True):
+                x[i] = part.reshape(x[i].shape)
+        if self.normalize_images:
+            x = [t / IMAGE_SCALE if inp.dtype == "uint8" else t for t, inp in zip(x, self.info.inputs, strict=True)]
+        return [t.to(self.compute_dtype) for t in x]
 
     def bounded_outputs(self) -> frozenset[str]:
-        """Outputs whose range the policy itself bounds: ML-Agents' clipped actions lie in [-1, 1]."""
-        return frozenset({"action", "stochastic_action"}) if self.action_clip is not None else frozenset()
+        """Outputs whose range the policy itself bounds: ML-Agents' clipped actions lie in [-1, 1],
+        SB3's squashed ones in the action space's bounds."""
+        if self.action_clip is not None or self.action_low is not None:
+            return frozenset({"action", "stochastic_action"})
+        return frozenset()
 
     def deterministic_action(self, head_out: torch.Tensor) -> torch.Tensor:
         if self.info.action_kind == "discrete":
             return torch.argmax(head_out, dim=-1)
         return self._squash(head_out)
 
-    def stochastic_action(self, head_out: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    def stochastic_action(
+        self, head_out: torch.Tensor, noise: torch.Tensor, latent: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Sample with noise the caller made on the CPU, so every card draws the same sample.
 
-        Discrete: Gumbel-max, argmax(logits + g) with g ~ Gumbel(0, 1), which samples the
-        categorical distribution exactly. Continuous: mu + z * exp(log_sigma), z ~ N(0, I).
+        Discrete: argmax(head + noise). With Gumbel(0, 1) noise that samples the categorical
+        exactly (Gumbel-max); epsilon-greedy noise is 0, or a score beyond any Q-value on the
+        row's random action. Continuous: mu + z * sigma, z ~ N(0, I), sigma from `log_sigma` or
+        SAC's `log_std` layer; gSDE: mu + latent @ (E * std). `latent` is the body's output.
         """
+        if self.info.sampling.kind is SamplingKind.DETERMINISTIC:
+            return self.deterministic_action(head_out)
         if self.info.action_kind == "discrete":
             return torch.argmax(head_out + noise, dim=-1)
-        sigma = torch.exp(self.log_sigma) if self.log_sigma is not None else torch.ones_like(head_out)
-        return self._squash(head_out + noise * sigma)
+        return self._squash(head_out + self._continuous_noise(head_out, noise, latent))
+
+    def _continuous_noise(self, head_out: torch.Tensor, noise: torch.Tensor, latent: torch.Tensor | None) -> torch.Tensor:
+        kind = self.info.sampling.kind
+        match kind:
+            case SamplingKind.DISTRIBUTION:
+                return noise * self._sigma(head_out, latent)
+            case SamplingKind.STATE_DEPENDENT:
+                # SB3's get_noise with one exploration matrix per row: bmm(latent, E * std).
+                rows = self._latent(latent).to(self.io_dtype).unsqueeze(1)
+                return torch.bmm(rows, noise * self._sde_std()).squeeze(1)
+            case SamplingKind.EPSILON_GREEDY | SamplingKind.DETERMINISTIC:
+                raise ValueError(f"{self.info.name}: {kind} sampling adds no noise to continuous actions")
+            case _:
+                assert_never(kind)
+
+    def _sigma(self, head_out: torch.Tensor, latent: torch.Tensor | None) -> torch.Tensor:
+        if self.log_std is not None:
+            return torch.exp(self.log_std(self._latent(latent)).to(self.io_dtype))
+        if self.log_sigma is not None:
+            return torch.exp(self.log_sigma)
+        return torch.ones_like(head_out)
+
+    def _sde_std(self) -> torch.Tensor:
+        """SB3's StateDependentNoiseDistribution.get_std, (latent, actions or 1)."""
+        log_std = self.log_sigma
+        if log_std is None:
+            raise ValueError(f"{self.info.name}: gSDE sampling without a log std")
+        if not self.info.sampling.expln:
+            return torch.exp(log_std)
+        # expln keeps the std above zero and growing slowly: exp below 0, log1p(x) + 1 above.
+        below = torch.exp(log_std) * (log_std <= 0)
+        safe = log_std * (log_std > 0) + SDE_EPSILON
+        return below + (torch.log1p(safe) + 1.0) * (log_std > 0)
+
+    def _latent(self, latent: torch.Tensor | None) -> torch.Tensor:
+        if latent is None:
+            raise ValueError(f"{self.info.name}: its sampling reads the body's output; pass latent")
+        return latent
 
     def _squash(self, x: torch.Tensor) -> torch.Tensor:
-        if self.action_clip is None:
-            return x
-        return torch.clamp(x, -self.action_clip, self.action_clip) / self.action_clip
+        if self.action_clip is not None:
+            return torch.clamp(x, -self.action_clip, self.action_clip) / self.action_clip
+        if self.action_low is not None and self.action_high is not None:
+            # SB3's unscale_action, in its order of operations: low + 0.5 * (a + 1) * (high - low).
+            return self.action_low + 0.5 * (torch.tanh(x) + 1.0) * (self.action_high - self.action_low)
+        return x
 
 
 def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
     """A copy that computes in `dtype`.
 
-    A card dtype: every parameter and constant of the body and the head takes it; the normalizer
-    and `log_sigma` stay float32, and observations go in and outputs come out as float32 (a
-    naive `.to(float16)` of the whole model overflows ML-Agents' normalizer sums to inf). The
-    golden (`GOLDEN`, float64): everything, normalizer and head included, and the output too.
+    A card dtype: every parameter and constant of the layers (features, convolutions included,
+    body, head, SAC's log std) takes it; the normalizer, `log_sigma` and the action bounds stay
+    float32, as do image scaling and the sampling arithmetic, and observations go in and outputs
+    come out as float32 (a naive `.to(float16)` of the whole model overflows ML-Agents'
+    normalizer sums to inf). The golden (`GOLDEN`, float64): everything, normalizer and head
+    included, and the output too.
     `REDUCED_FLOAT32`: float32 with its matmul inputs rounded as TF32, HF32, ... do.
     """
     if dtype in REDUCED_FLOAT32:
@@ -229,8 +371,9 @@ def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
         return cast
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join([*DTYPES, *REDUCED_FLOAT32, GOLDEN])}")
-    for part in (cast.body, cast.head):
-        part.to(DTYPES[dtype])
+    for name, part in cast.named_children():
+        if name != "normalizer":
+            part.to(DTYPES[dtype])
     cast.compute_dtype = DTYPES[dtype]
     return cast
 

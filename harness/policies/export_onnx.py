@@ -22,7 +22,7 @@ from torch import nn
 
 import harness
 from harness.errors import UsageError
-from harness.policies.base import ObservationNormalizer, PolicyNet
+from harness.policies.base import ObservationNormalizer, PolicyNet, SamplingKind
 
 OPSET = 9
 MLAGENTS_VERSION = 3.0
@@ -69,6 +69,7 @@ ACTIVATIONS: dict[type[nn.Module], Callable[[_Builder, str, str, nn.Module], str
 
 def export_onnx(policy: PolicyNet, out: Path) -> None:
     """Write `policy` to `out` with float32 weights and a dynamic batch axis."""
+    _check_exportable(policy)
     b = _Builder()
     info = policy.info
     if info.action_kind == "discrete":
@@ -101,6 +102,20 @@ def export_onnx(policy: PolicyNet, out: Path) -> None:
     onnx.checker.check_model(model, full_check=True)
     out.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, out)
+
+
+def _check_exportable(policy: PolicyNet) -> None:
+    """The layouts written here: vector inputs, an MLP, a Linear head, actions by argmax or by
+    ML-Agents' rule. Anything more (a CNN, a Q-network's epsilon, gSDE, SB3's tanh squash, SAC's
+    log std layer) would be written wrong, so it is refused by what it is."""
+    what = [
+        *(["a features extractor"] if policy.features is not None else []),
+        *([f"{policy.info.sampling.kind} sampling"] if policy.info.sampling.kind is not SamplingKind.DISTRIBUTION else []),
+        *(["tanh-squashed actions"] if policy.action_low is not None else []),
+        *(["a log std layer"] if policy.log_std is not None else []),
+    ]
+    if what:
+        raise UsageError(f"{policy.info.name}: cannot export {' and '.join(what)} (only MLP policies with a plain head)")
 
 
 def _body_and_head(b: _Builder, policy: PolicyNet, inputs: list[str], head_name: str) -> str:

@@ -80,6 +80,11 @@ class ScalarRecord(Inert):
     """A numpy scalar: scalar(dtype, bytes)."""
 
 
+class OrderedDictStandIn(dict[Any, Any]):
+    """collections.OrderedDict, which a Dict observation's last observations (`old_obs`) come
+    in: a plain dict that takes the items unpickling sets, and runs nothing."""
+
+
 SB3 = "stable_baselines3.common"
 SPACES = (
     ("box", "Box"),
@@ -107,7 +112,7 @@ RANDOM = (
 # numpy.core before numpy 2, numpy._core since.
 NUMPY_CORE = ("numpy.core", "numpy._core")
 
-ALLOWED: dict[tuple[str, str], type[Inert]] = {
+ALLOWED: dict[tuple[str, str], type[Inert] | type[OrderedDictStandIn]] = {
     (f"{SB3}.vec_env.vec_normalize", "VecNormalize"): VecNormalizeStandIn,
     (f"{SB3}.running_mean_std", "RunningMeanStd"): RunningMeanStdStandIn,
     **{(f"{gym}.spaces.{module}", name): SpaceStandIn for gym in ("gym", "gymnasium") for module, name in SPACES},
@@ -117,25 +122,35 @@ ALLOWED: dict[tuple[str, str], type[Inert]] = {
     **{(f"{core}.multiarray", "_reconstruct"): ArrayRecord for core in NUMPY_CORE},
     **{(f"{core}.numeric", "_frombuffer"): BufferRecord for core in NUMPY_CORE},  # protocol 5 (Python 3.14)
     **{(f"{core}.multiarray", "scalar"): ScalarRecord for core in NUMPY_CORE},
+    ("collections", "OrderedDict"): OrderedDictStandIn,
 }
 """Every global a VecNormalize file may name (protocols 3 to 5), and its stand-in."""
 
 
 @dataclass(frozen=True, eq=False)
+class Moments:
+    """One RunningMeanStd's statistics, float64 in the observation's shape."""
+
+    mean: np.ndarray
+    var: np.ndarray
+
+
+@dataclass(frozen=True, eq=False)
 class VecNormalizeStats:
-    """What SB3 normalizes observations with; `mean` and `var` are None where norm_obs is False
-    (SB3 keeps no observation statistics then)."""
+    """What SB3 normalizes observations with. `obs_rms` is as SB3 keeps it: one Moments for a
+    Box observation, one per normalized key (`norm_obs_keys`) for a Dict; None where norm_obs
+    is False (SB3 keeps no observation statistics then)."""
 
     path: Path
     content: bytes  # the file's bytes: with the zip's, they identify the policy
     norm_obs: bool
     epsilon: float
     clip_obs: float
-    mean: np.ndarray | None  # float64, the observation's shape
-    var: np.ndarray | None
+    obs_rms: Moments | dict[str, Moments] | None
 
     def describe(self) -> str:
-        return f"clip {self.clip_obs:g}, epsilon {self.epsilon:g}"
+        keys = f", keys {', '.join(self.obs_rms)}" if isinstance(self.obs_rms, dict) else ""
+        return f"clip {self.clip_obs:g}, epsilon {self.epsilon:g}{keys}"
 
 
 class _StatsUnpickler(pickle.Unpickler):
@@ -143,7 +158,7 @@ class _StatsUnpickler(pickle.Unpickler):
         super().__init__(io.BytesIO(content))
         self.path = path
 
-    def find_class(self, module: str, name: str) -> type[Inert]:
+    def find_class(self, module: str, name: str) -> type[Inert] | type[OrderedDictStandIn]:
         found = ALLOWED.get((module, name))
         if found is None:
             shown = ascii(f"{module}.{name}"[:120])
@@ -173,18 +188,25 @@ def read_vecnormalize(path: Path) -> VecNormalizeStats:
     epsilon = _number(path, state, "epsilon", minimum=0.0)
     clip_obs = _number(path, state, "clip_obs", minimum=math.ulp(0.0))
     if not norm_obs:
-        return VecNormalizeStats(path, content, False, epsilon, clip_obs, None, None)
+        return VecNormalizeStats(path, content, False, epsilon, clip_obs, None)
     obs_rms = state.get("obs_rms")
-    if isinstance(obs_rms, dict):
-        raise PolicyLoadError(path, "holds statistics per key of a Dict observation space, which is not supported")
-    if not isinstance(obs_rms, RunningMeanStdStandIn) or not isinstance(obs_rms.state, dict):
-        raise PolicyLoadError(path, f"VecNormalize obs_rms is a {_kind(obs_rms)}, expected a RunningMeanStd")
-    mean, var = (_float_array(path, obs_rms.state, field) for field in ("mean", "var"))
+    if isinstance(obs_rms, dict):  # a Dict observation space: statistics per normalized key
+        if not all(isinstance(key, str) for key in obs_rms):
+            raise PolicyLoadError(path, "VecNormalize obs_rms has keys that are not strings")
+        per_key = {key: _moments(path, rms, f"obs_rms[{key!r}]") for key, rms in obs_rms.items()}
+        return VecNormalizeStats(path, content, True, epsilon, clip_obs, per_key)
+    return VecNormalizeStats(path, content, True, epsilon, clip_obs, _moments(path, obs_rms, "obs_rms"))
+
+
+def _moments(path: Path, rms: Any, what: str) -> Moments:
+    if not isinstance(rms, RunningMeanStdStandIn) or not isinstance(rms.state, dict):
+        raise PolicyLoadError(path, f"VecNormalize {what} is a {_kind(rms)}, expected a RunningMeanStd")
+    mean, var = (_float_array(path, rms.state, field, what) for field in ("mean", "var"))
     if mean.shape != var.shape:
-        raise PolicyLoadError(path, f"obs_rms mean has shape {mean.shape} but var has {var.shape}")
+        raise PolicyLoadError(path, f"{what} mean has shape {mean.shape} but var has {var.shape}")
     if np.any(var < 0):
-        raise PolicyLoadError(path, "obs_rms var has negative values")
-    return VecNormalizeStats(path, content, True, epsilon, clip_obs, mean, var)
+        raise PolicyLoadError(path, f"{what} var has negative values")
+    return Moments(mean, var)
 
 
 def _kind(value: Any) -> str:
@@ -201,13 +223,13 @@ def _number(path: Path, state: dict[str, Any], field: str, minimum: float) -> fl
     return float(value)
 
 
-def _float_array(path: Path, state: dict[str, Any], field: str) -> np.ndarray:
-    value = _decode(path, f"obs_rms {field}", state.get(field))
+def _float_array(path: Path, state: dict[str, Any], field: str, what: str) -> np.ndarray:
+    value = _decode(path, f"{what} {field}", state.get(field))
     if not isinstance(value, np.ndarray) or value.dtype.kind != "f":
         shown = f"{value.dtype} array" if isinstance(value, np.ndarray) else _kind(value)
-        raise PolicyLoadError(path, f"obs_rms {field} is a {shown}, expected a float array")
+        raise PolicyLoadError(path, f"{what} {field} is a {shown}, expected a float array")
     if not np.all(np.isfinite(value)):
-        raise PolicyLoadError(path, f"obs_rms {field} has non-finite values")
+        raise PolicyLoadError(path, f"{what} {field} has non-finite values")
     return value.astype(np.float64)
 
 
@@ -260,17 +282,26 @@ class VecNormalizeObs(ObservationNormalizer):
     Not ML-Agents' form: `var` is a variance (not a sum over steps), epsilon sits inside the
     root, and the clip is the file's (10 by default, not 5). SB3 computes this in float64 numpy
     and hands the policy its float32 cast; here the statistics are float32 buffers, as the
-    ObservationNormalizer rule wants on a card, and float64 in the golden.
+    ObservationNormalizer rule wants on a card, and float64 in the golden. It sees the policy's
+    float inputs flattened and concatenated; the values of a Dict's keys that VecNormalize does
+    not normalize (outside norm_obs_keys) pass through as they are (`passthrough`).
     """
 
     running_mean: torch.Tensor
     running_var: torch.Tensor
+    passthrough: torch.Tensor | None
 
-    def __init__(self, mean: np.ndarray, var: np.ndarray, epsilon: float, clip_obs: float) -> None:
+    def __init__(
+        self, mean: np.ndarray, var: np.ndarray, epsilon: float, clip_obs: float, passthrough: np.ndarray | None = None
+    ) -> None:
         super().__init__()
         # The policy takes the observation flattened; normalization is elementwise, so flatten too.
         self.register_buffer("running_mean", torch.from_numpy(np.ascontiguousarray(mean).reshape(-1)).float())
         self.register_buffer("running_var", torch.from_numpy(np.ascontiguousarray(var).reshape(-1)).float())
+        if passthrough is not None:
+            self.register_buffer("passthrough", torch.from_numpy(np.ascontiguousarray(passthrough, dtype=bool).reshape(-1)))
+        else:
+            self.passthrough = None
         self.epsilon = epsilon
         self.clip = clip_obs
 
@@ -279,3 +310,7 @@ class VecNormalizeObs(ObservationNormalizer):
 
     def std(self) -> torch.Tensor:
         return torch.sqrt(self.running_var + self.epsilon)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        normalized = super().forward(x)
+        return normalized if self.passthrough is None else torch.where(self.passthrough, x, normalized)

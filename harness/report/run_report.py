@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 # The policy's head, the output the reference ports report precision on.
-HEAD_OUTPUTS = ("logits", "mu")
+HEAD_OUTPUTS = ("logits", "q_values", "mu")
 
 PAGE = "report.html"
 

@@ -14,6 +14,7 @@ input and output until the end.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ from harness.policies import PolicyNet
 from harness.run.options import BenchConfig, CommonOptions, SweepConfig
 from harness.run.place import DEFAULT_SIMULATED_CARDS, cluster_address
 from harness.run.plan import EDGE_BATCH, UNIFORM_BATCH
+from harness.workloads import noise_shape
 
 GIB = 1024**3
 # A card or reference actor's own footprint: measured 278 MiB (RSS) for a process with torch,
@@ -132,8 +134,8 @@ def estimate(config: CommonOptions, policies: dict[str, PolicyNet], n_cards: int
 
 
 def input_bytes_per_row(policy: PolicyNet) -> int:
-    """One row of observations, in each input's dtype, and its float32 noise."""
-    return sum(i.zeros(1).nbytes for i in policy.info.inputs) + 4 * policy.info.action_size
+    """One row of observations, in each input's dtype, and its float32 noise (gSDE's: a matrix)."""
+    return sum(i.zeros(1).nbytes for i in policy.info.inputs) + 4 * math.prod(noise_shape(policy.info))
 
 
 def output_bytes_per_row(policy: PolicyNet) -> int:

@@ -73,7 +73,8 @@ def describe_policies(policies: dict[str, PolicyNet]) -> str:
     """JSON list: each policy's name, format, sha256 of its bytes, whether it is synthetic, its
     environment, where that came from (and the id its files named, where gymnasium renamed it),
     how it is made (keyword arguments, wrappers, frames stacked), what normalizes its
-    observations, and the score it was published with."""
+    observations, its inputs, how its stochastic actions are drawn, and the score it was
+    published with."""
     return json.dumps(
         [
             {
@@ -90,6 +91,7 @@ def describe_policies(policies: dict[str, PolicyNet]) -> str:
                 "env_setup": p.info.env_setup.describe() or None,
                 "env_setup_source": p.info.env_setup.source or None,
                 "published_return": p.info.published.describe() if p.info.published is not None else None,
+                "sampling": p.info.sampling.describe(),
             }
             for k, p in policies.items()
         ]

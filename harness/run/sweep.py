@@ -21,6 +21,7 @@ from harness.devices import resolve_accelerator
 from harness.dtypes import reduced_label
 from harness.errors import UsageError, first_line
 from harness.inference.faults import parse_faults
+from harness.inference.forward import head_name
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Check, Rules, error_check, tolerance_of
 from harness.outputs import Outputs
@@ -188,12 +189,20 @@ def _fan_out_and_judge(
             got, errors = _gather(job, labels, dead)
         with phases("judge"):
             tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
-            bounded = policies[unit.policy].bounded_outputs()
-            rules = Rules(unit.dtype, limits, tolerance, user_set, bounded, config.require_published_return)
+            policy = policies[unit.policy]
+            rules = Rules(
+                unit.dtype,
+                limits,
+                tolerance,
+                user_set,
+                policy.bounded_outputs(),
+                published_gates=config.require_published_return,
+                scores=head_name(policy),
+            )
             checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
             rows = [check_row(unit, c) for c in errors + checks]
             if isinstance(unit.work, BatchWork):
-                localize_failures(placement, labels, policies[unit.policy], unit, rows, rules, layers)
+                localize_failures(placement, labels, policy, unit, rows, rules, layers)
         with phases("write"):
             writer.stage_unit(unit.unit_id, rows, episodes)
         shared.release(job.shared)

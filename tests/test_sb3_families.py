@@ -1,0 +1,502 @@
+"""Every feed-forward policy family of SB3 and sb3-contrib, loaded from a save and checked against
+SB3's own networks on the same observations: the head, the deterministic action (`predict`), and
+the stochastic action given the same noise (SB3's distribution with the harness's draw; gSDE
+with SB3's exploration matrices set to the harness's). Box, image and dict observations, with
+and without VecNormalize; and each refusal, by name.
+
+Models are built untrained by the installed SB3 and sb3-contrib, small, with their weights
+redrawn from N(0, 1) so that every layer matters, as tests/test_sb3_zip.py does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from sb3_contrib import ARS, QRDQN, TQC, TRPO
+from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+
+from harness.dtypes import GOLDEN
+from harness.errors import PolicyLoadError
+from harness.inference.capture import capture_activations, layer_modules
+from harness.inference.forward import forward_outputs, head_name
+from harness.judge.localize import first_divergent_layer
+from harness.policies import PolicyNet, cast_policy, load_policy
+from harness.policies.base import SamplingKind
+from harness.policies.sb3_zip import load_sb3_zip
+from harness.workloads import EXPLORE, make_batch
+
+ROWS = 64
+# Float32 on the same CPU: the same operations as SB3's, so equal but for rounding.
+ATOL = 1e-5
+
+
+class VectorEnv(gym.Env[np.ndarray, Any]):
+    """A Box observation and a Box action of two dimensions with bounds that are not symmetric,
+    so that unscale_action and a per-action std show; or a Discrete action."""
+
+    def __init__(self, discrete: bool = False) -> None:
+        self.observation_space = gym.spaces.Box(-2.0, 2.0, (3,), np.float32)
+        self.action_space = gym.spaces.Discrete(3) if discrete else gym.spaces.Box(-1.0, 2.0, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        return self.observation_space.sample(), {}
+
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
+        return self.observation_space.sample(), 0.0, False, False, {}
+
+
+class ImageEnv(VectorEnv):
+    """uint8 images channels last, as Atari frames come: SB3 wraps it in VecTransposeImage."""
+
+    def __init__(self, discrete: bool = True) -> None:
+        super().__init__(discrete)
+        self.observation_space = gym.spaces.Box(0, 255, (36, 36, 3), np.uint8)  # type: ignore[assignment]
+
+
+class DictEnv(VectorEnv):
+    """A dict observation of a vector, an image and a matrix (its key order is sorted: a, img, vec)."""
+
+    def __init__(self, discrete: bool = False) -> None:
+        super().__init__(discrete)
+        self.observation_space = gym.spaces.Dict(  # type: ignore[assignment]
+            {
+                "vec": gym.spaces.Box(-1.0, 1.0, (3,), np.float32),
+                "img": gym.spaces.Box(0, 255, (1, 36, 36), np.uint8),
+                "a": gym.spaces.Box(-2.0, 2.0, (2, 2), np.float32),
+            }
+        )
+
+
+class VectorDictEnv(VectorEnv):
+    """A goal-style dict observation, vectors only."""
+
+    def __init__(self, discrete: bool = False) -> None:
+        super().__init__(discrete)
+        self.observation_space = gym.spaces.Dict(  # type: ignore[assignment]
+            {"observation": gym.spaces.Box(-3.0, 3.0, (4,), np.float32), "goal": gym.spaces.Box(-1.0, 1.0, (2,), np.float32)}
+        )
+
+
+def small(**more: Any) -> dict[str, Any]:
+    """policy_kwargs of their own for each model: SB3 writes into the dict it is given (DDPG's n_critics)."""
+    return {"net_arch": [16, 8], **more}
+
+
+def cnn(**more: Any) -> dict[str, Any]:
+    return {"features_extractor_kwargs": {"features_dim": 16}, **more}
+
+
+def multi() -> dict[str, Any]:
+    return {"features_extractor_kwargs": {"cnn_output_dim": 8}, "net_arch": [16]}
+
+
+OFF = {"buffer_size": 10, "device": "cpu", "seed": 0}
+ON = {"n_steps": 8, "batch_size": 8, "device": "cpu", "seed": 0}
+EPS = {"exploration_final_eps": 0.5}  # half the sampled rows explore
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model to build, and the VecNormalize to train behind (None: no statistics)."""
+
+    make: Callable[[Any], BaseAlgorithm]
+    env: Callable[[], gym.Env[Any, Any]]
+    vecnormalize: dict[str, Any] | None = None
+
+
+FAMILIES: dict[str, Family] = {
+    "ppo": Family(lambda env: PPO("MlpPolicy", env, policy_kwargs=small(), **ON), VectorEnv),
+    "ppo-discrete": Family(lambda env: PPO("MlpPolicy", env, policy_kwargs=small(), **ON), lambda: VectorEnv(True)),
+    "ppo-gsde-expln-squash": Family(
+        lambda env: PPO("MlpPolicy", env, use_sde=True, policy_kwargs=small(use_expln=True, squash_output=True), **ON),
+        VectorEnv,
+    ),
+    "a2c-gsde-one-std": Family(
+        lambda env: A2C("MlpPolicy", env, use_sde=True, policy_kwargs=small(full_std=False), n_steps=8, device="cpu"),
+        VectorEnv,
+        vecnormalize={},
+    ),
+    "trpo": Family(lambda env: TRPO("MlpPolicy", env, policy_kwargs=small(), **ON), VectorEnv),
+    "ppo-cnn": Family(lambda env: PPO("CnnPolicy", env, policy_kwargs=cnn(), **ON), ImageEnv),
+    "ppo-dict-vecnormalize": Family(
+        lambda env: PPO("MultiInputPolicy", env, policy_kwargs=multi(), **ON),
+        DictEnv,
+        vecnormalize={"norm_obs_keys": ["a", "vec"]},
+    ),
+    "dqn": Family(lambda env: DQN("MlpPolicy", env, policy_kwargs=small(), **EPS, **OFF), lambda: VectorEnv(True)),
+    "dqn-cnn": Family(lambda env: DQN("CnnPolicy", env, policy_kwargs=cnn(), **EPS, **OFF), ImageEnv),
+    "dqn-dict": Family(lambda env: DQN("MultiInputPolicy", env, policy_kwargs=multi(), **EPS, **OFF), lambda: DictEnv(True)),
+    "qrdqn": Family(
+        lambda env: QRDQN("MlpPolicy", env, policy_kwargs=small(n_quantiles=5), **EPS, **OFF),
+        lambda: VectorEnv(True),
+        vecnormalize={},
+    ),
+    "qrdqn-cnn": Family(lambda env: QRDQN("CnnPolicy", env, policy_kwargs=cnn(n_quantiles=3), **OFF), ImageEnv),
+    "td3": Family(lambda env: TD3("MlpPolicy", env, policy_kwargs=small(), **OFF), VectorEnv),
+    "ddpg-vecnormalize": Family(lambda env: DDPG("MlpPolicy", env, policy_kwargs=small(), **OFF), VectorEnv, vecnormalize={}),
+    "td3-dict": Family(lambda env: TD3("MultiInputPolicy", env, policy_kwargs=multi(), **OFF), DictEnv),
+    "sac": Family(lambda env: SAC("MlpPolicy", env, policy_kwargs=small(), **OFF), VectorEnv, vecnormalize={}),
+    "sac-gsde": Family(lambda env: SAC("MlpPolicy", env, use_sde=True, policy_kwargs=small(), **OFF), VectorEnv),
+    "sac-cnn": Family(lambda env: SAC("CnnPolicy", env, policy_kwargs=cnn(net_arch=[8]), **OFF), lambda: ImageEnv(False)),
+    "sac-dict-vecnormalize": Family(
+        lambda env: SAC("MultiInputPolicy", env, policy_kwargs={"net_arch": [8]}, **OFF),
+        VectorDictEnv,
+        vecnormalize={"norm_obs_keys": ["observation"]},
+    ),
+    "tqc": Family(lambda env: TQC("MlpPolicy", env, policy_kwargs=small(), **OFF), VectorEnv),
+    "tqc-gsde-unclipped": Family(
+        lambda env: TQC("MlpPolicy", env, use_sde=True, policy_kwargs=small(clip_mean=0.0, use_expln=True), **OFF),
+        VectorEnv,
+    ),
+    "ars": Family(lambda env: ARS("MlpPolicy", env, policy_kwargs=small(), device="cpu", seed=0), VectorEnv),
+    "ars-discrete": Family(lambda env: ARS("MlpPolicy", env, policy_kwargs=small(), device="cpu"), lambda: VectorEnv(True)),
+    "ars-linear": Family(lambda env: ARS("LinearPolicy", env, device="cpu"), lambda: VectorEnv(True)),
+    "ars-linear-bias-squash": Family(
+        lambda env: ARS("LinearPolicy", env, policy_kwargs={"with_bias": True, "squash_output": True}, device="cpu"),
+        VectorEnv,
+        vecnormalize={},
+    ),
+}
+
+
+def redraw(model: BaseAlgorithm, seed: int = 0) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for param in model.policy.parameters():
+            param.copy_(torch.randn(param.shape, generator=gen))
+
+
+@dataclass
+class Saved:
+    name: str
+    model: BaseAlgorithm
+    zip: Path
+    venv: VecNormalize | None
+
+
+def save_family(name: str, folder: Path) -> Saved:
+    """The family's model, weights redrawn, saved as `folder/model.zip`, with its VecNormalize
+    statistics beside it (a Hugging Face repository's layout) where it has them."""
+    family = FAMILIES[name]
+    folder.mkdir(parents=True, exist_ok=True)
+    venv = None
+    env: Any = family.env()
+    if family.vecnormalize is not None:
+        venv = VecNormalize(DummyVecEnv([family.env]), **family.vecnormalize)
+        venv.reset()
+        for _ in range(20):  # real statistics, not the initial zeros and ones
+            venv.step(np.array([venv.action_space.sample()]))
+        venv.training = False
+        env = venv
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = family.make(env)
+    redraw(model)
+    model.save(folder / "model.zip")
+    if venv is not None:
+        venv.save(folder / "vec_normalize.pkl")
+    return Saved(name, model, folder / "model.zip", venv)
+
+
+@pytest.fixture(scope="module", params=list(FAMILIES))
+def saved(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Saved:
+    return save_family(request.param, tmp_path_factory.mktemp(request.param))
+
+
+def observations(saved: Saved, policy: PolicyNet) -> tuple[Any, tuple[torch.Tensor, ...]]:
+    """Observations as the environment gives them (SB3's input) and as the harness's inputs."""
+    batch = make_batch(policy.info, "uniform", ROWS, 3)
+    space = saved.model.observation_space
+    if isinstance(space, gym.spaces.Dict):
+        raw: Any = {inp.name: o for inp, o in zip(policy.info.inputs, batch.obs, strict=True)}
+    else:
+        raw = batch.obs[0].reshape(ROWS, *space.shape)
+    return raw, tuple(torch.from_numpy(o) for o in batch.obs)
+
+
+def sb3_input(saved: Saved, raw: Any) -> Any:
+    """What SB3's policy is handed: the observation normalized by VecNormalize where it trained behind one."""
+    return saved.venv.normalize_obs(raw) if saved.venv is not None else raw
+
+
+def sb3_tensor(saved: Saved, raw: Any) -> Any:
+    obs, _ = saved.model.policy.obs_to_tensor(sb3_input(saved, raw))
+    return obs
+
+
+def sb3_head(saved: Saved, obs: Any) -> torch.Tensor:
+    """The output the harness calls the head, as SB3's own modules compute it."""
+    policy: Any = saved.model.policy
+    with torch.no_grad():
+        if hasattr(policy, "action_net") and hasattr(policy, "mlp_extractor"):  # ActorCriticPolicy
+            features = policy.extract_features(obs, policy.pi_features_extractor)
+            return policy.action_net(policy.mlp_extractor.forward_actor(features))
+        if hasattr(policy, "q_net"):
+            return policy.q_net(obs)
+        if hasattr(policy, "quantile_net"):
+            return policy.quantile_net(obs).mean(dim=1)
+        if hasattr(policy, "action_net"):  # ARS: the last Linear, before any Tanh
+            net = policy.action_net[:-1] if isinstance(policy.action_net[-1], torch.nn.Tanh) else policy.action_net
+            return net(policy.extract_features(obs, policy.features_extractor))
+        actor = policy.actor
+        if hasattr(actor, "latent_pi"):  # SAC, TQC: mean_actions
+            return actor.get_action_dist_params(obs)[0]
+        return actor.mu[:-1](actor.extract_features(obs, actor.features_extractor))  # TD3: before its Tanh
+
+
+def sb3_sample(saved: Saved, obs: Any, raw: Any, noise: torch.Tensor) -> np.ndarray:
+    """SB3's stochastic action given the harness's noise, as its predict(deterministic=False) returns it."""
+    model: Any = saved.model
+    policy = model.policy
+    kind = type(model).__name__
+    with torch.no_grad():
+        if kind in ("PPO", "A2C", "TRPO"):
+            dist = policy.get_distribution(obs)
+            if policy.use_sde:
+                policy.action_dist.exploration_matrices = noise * policy.action_dist.get_std(policy.log_std)
+                return policy.predict(sb3_input(saved, raw), deterministic=False)[0]
+            if policy.action_space.shape == ():  # Gumbel-max over SB3's own logits
+                return torch.argmax(dist.distribution.logits + noise, dim=-1).numpy()
+            sample = dist.distribution.mean + noise * dist.distribution.stddev
+            return np.clip(sample.numpy(), policy.action_space.low, policy.action_space.high)
+        if kind in ("SAC", "TQC"):
+            actor = policy.actor
+            if actor.use_sde:
+                actor.action_dist.exploration_matrices = noise * actor.get_std()
+                return policy.predict(sb3_input(saved, raw), deterministic=False)[0]
+            mean, log_std, _ = actor.get_action_dist_params(obs)
+            gaussian = actor.action_dist.proba_distribution(mean, log_std).distribution
+            return policy.unscale_action(torch.tanh(gaussian.mean + noise * gaussian.stddev).numpy())
+        if kind in ("DQN", "QRDQN"):
+            greedy = policy.predict(sb3_input(saved, raw), deterministic=True)[0]
+            explore = noise.max(dim=-1)
+            return np.where(explore.values.numpy() == EXPLORE, explore.indices.numpy(), greedy)
+        return policy.predict(sb3_input(saved, raw), deterministic=False)[0]  # TD3, DDPG, ARS: deterministic
+
+
+def max_diff(a: Any, b: Any) -> float:
+    return float(np.max(np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))))
+
+
+def test_matches_sb3_head_action_and_sample(saved: Saved) -> None:
+    policy = load_sb3_zip(saved.zip)
+    raw, ours_in = observations(saved, policy)
+    obs = sb3_tensor(saved, raw)
+    batch = make_batch(policy.info, "uniform", ROWS, 3)
+    noise = torch.from_numpy(batch.noise)
+    outputs = forward_outputs(policy, ours_in, noise)
+    head = outputs[head_name(policy)]
+    expected = sb3_head(saved, obs)
+    scale = max(1.0, float(expected.abs().max()))
+    assert max_diff(head, expected) <= ATOL * scale, (saved.name, max_diff(head, expected), scale)
+
+    predicted = saved.model.predict(sb3_input(saved, raw), deterministic=True)[0]
+    sampled = sb3_sample(saved, obs, raw, noise)
+    action, stochastic = outputs["action"].numpy(), outputs["stochastic_action"].numpy()
+    space = saved.model.action_space
+    if isinstance(space, gym.spaces.Box):  # SB3's predict clips what it does not squash, as the harness's episodes do
+        action, stochastic = (np.clip(a, space.low, space.high) for a in (action, stochastic))
+        assert max_diff(action, predicted) <= ATOL * max(1.0, float(np.abs(predicted).max())), saved.name
+        assert max_diff(stochastic, sampled) <= ATOL * max(1.0, float(np.abs(sampled).max())), saved.name
+    else:
+        assert np.array_equal(action, predicted) and np.array_equal(stochastic, sampled), saved.name
+    if policy.info.sampling.kind is SamplingKind.DETERMINISTIC:
+        assert np.array_equal(outputs["action"], outputs["stochastic_action"])
+
+
+def test_inputs_are_the_observation_spaces_keys_in_order(saved: Saved) -> None:
+    info = load_sb3_zip(saved.zip).info
+    space = saved.model.observation_space
+    if isinstance(space, gym.spaces.Dict):
+        assert [i.name for i in info.inputs] == list(space.spaces)
+        assert [i.shape for i in info.inputs] == [s.shape for s in space.spaces.values()]
+    else:
+        assert [i.name for i in info.inputs] == ["obs"]
+    images = [i for i in info.inputs if len(i.shape) == 3]
+    assert all(i.dtype == "uint8" and i.shape[0] in (1, 3) for i in images), "channels first, as SB3's policy sees them"
+    assert info.detail.startswith("SB3 2.") and type(saved.model.policy).__name__ in info.detail
+
+
+def test_layers_take_the_card_dtype_and_preprocessing_stays_float32(saved: Saved) -> None:
+    policy = load_sb3_zip(saved.zip)
+    half = cast_policy(policy, "float16")
+    assert {p.dtype for name, p in half.named_parameters()} == {torch.float16}
+    kept = {name: b.dtype for name, b in half.named_buffers() if b.is_floating_point()}
+    assert set(kept.values()) <= {torch.float32}, kept
+    _, obs = observations(saved, policy)
+    with torch.inference_mode():
+        out = half(*obs)
+        golden = cast_policy(policy, GOLDEN)(*obs)
+    assert out.dtype == torch.float32 and golden.dtype == torch.float64
+    assert bool(torch.isfinite(golden).all())
+
+
+def test_every_layer_is_captured_by_name(saved: Saved) -> None:
+    policy = load_sb3_zip(saved.zip)
+    _, obs = observations(saved, policy)
+    acts = capture_activations(policy, obs)
+    names = list(acts)
+    assert names[-1].startswith("head") and any(n.startswith("body") or n.startswith("features") for n in names)
+    if policy.features is not None:
+        assert any(n.startswith("features.") for n in names)
+    if policy.normalizer is not None:
+        assert names[0] == "normalizer"
+    with torch.inference_mode():
+        np.testing.assert_array_equal(acts[names[-1]], policy(*obs).numpy())
+
+
+@pytest.mark.parametrize(("name", "layer"), [("ppo-cnn", "features.cnn.0"), ("dqn-dict", "features.extractors.img.cnn.0")])
+def test_a_perturbed_convolution_is_the_layer_named(name: str, layer: str, tmp_path: Path) -> None:
+    policy = load_sb3_zip(save_family(name, tmp_path).zip)
+    card = copy.deepcopy(policy)
+    with torch.no_grad():
+        card.get_submodule(layer).bias[0] += 1e-3
+    obs = tuple(torch.from_numpy(o) for o in make_batch(policy.info, "uniform", ROWS, 3).obs)
+    div = first_divergent_layer(capture_activations(card, obs), capture_activations(policy, obs), modules=layer_modules(card))
+    assert div is not None and div.layer == layer and div.module.startswith("Conv2d(")
+
+
+def test_gsde_noise_is_an_exploration_matrix_per_row(tmp_path: Path) -> None:
+    policy = load_sb3_zip(save_family("sac-gsde", tmp_path).zip)
+    batch = make_batch(policy.info, "normal", 5, 0)
+    assert batch.noise.shape == (5, 8, 2)  # latent_pi's last layer (8) x actions
+    assert policy.info.sampling.kind is SamplingKind.STATE_DEPENDENT and policy.log_sigma is not None
+
+
+def test_epsilon_greedy_explores_at_the_saves_final_rate(tmp_path: Path) -> None:
+    policy = load_sb3_zip(save_family("dqn", tmp_path).zip)
+    assert (policy.info.sampling.epsilon, policy.info.sampling.source) == (0.5, "exploration_final_eps")
+    noise = make_batch(policy.info, "normal", 4000, 0).noise
+    explored = (noise == EXPLORE).any(axis=1)
+    assert abs(explored.mean() - 0.5) < 0.05 and set(np.unique(noise).tolist()) == {0.0, np.float32(EXPLORE)}
+    assert head_name(policy) == "q_values"
+
+
+# Refusals: each one line naming the file and what is wrong.
+
+
+def refused(path: Path, *words: str, named: Path | None = None) -> str:
+    """The one-line error loading `path` gives, naming the file at fault (`named`, else `path`)."""
+    with pytest.raises(PolicyLoadError) as caught:
+        load_policy(str(path))
+    message = str(caught.value)
+    assert message.startswith(f"{named or path}: ") and "\n" not in message, message
+    for word in words:
+        assert word in message, message
+    return message
+
+
+def _edit(src: Path, dst: Path, edit: Callable[[dict[str, Any]], None]) -> Path:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", zipfile.ZIP_DEFLATED) as zout:
+        for member in zin.namelist():
+            content = zin.read(member)
+            if member == "data":
+                data = json.loads(content)
+                edit(data)
+                content = json.dumps(data).encode()
+            zout.writestr(member, content)
+    return dst
+
+
+class Custom(BaseFeaturesExtractor):
+    def __init__(self, observation_space: gym.Space[Any]) -> None:
+        super().__init__(observation_space, 4)
+        self.linear = torch.nn.Linear(3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(self.linear(x))
+
+
+def test_recurrent_maskable_and_crossq_policies_are_refused_by_name(tmp_path: Path) -> None:
+    from sb3_contrib import CrossQ, MaskablePPO, RecurrentPPO
+
+    for algo, policy, kwargs, why in (
+        (RecurrentPPO, "MlpLstmPolicy", ON, "recurrent"),
+        (MaskablePPO, "MlpPolicy", ON, "action masks"),
+        (CrossQ, "MlpPolicy", OFF, "batch renormalization"),
+    ):
+        path = tmp_path / f"{algo.__name__}.zip"
+        algo(policy, VectorEnv(algo is MaskablePPO), **kwargs).save(path)
+        message = refused(path, "is not supported", why, "supported: PPO, A2C, TRPO, DQN, QR-DQN, TD3, DDPG, SAC, TQC, ARS")
+        assert "Policy (sb3_contrib." in message
+
+
+def test_a_custom_features_extractor_is_refused_by_name(tmp_path: Path) -> None:
+    path = tmp_path / "custom.zip"
+    PPO("MlpPolicy", VectorEnv(), policy_kwargs={"features_extractor_class": Custom}, **ON).save(path)
+    refused(path, "features extractor tests.test_sb3_families.Custom is not supported", "FlattenExtractor, NatureCNN")
+
+
+def test_an_unknown_policy_class_is_refused_with_what_is_supported(tmp_path: Path) -> None:
+    src = save_family("td3", tmp_path / "td3").zip
+
+    def rename(data: dict[str, Any]) -> None:
+        data["policy_class"]["__module__"] = "my_project.policies"
+
+    refused(_edit(src, tmp_path / "mine.zip", rename), "TD3Policy (my_project.policies) is not supported", "supported: PPO")
+
+
+def test_observation_and_action_spaces_it_cannot_take_are_refused(tmp_path: Path) -> None:
+    frozen = tmp_path / "frozen.zip"
+    DQN("MlpPolicy", "FrozenLake-v1", **OFF).save(frozen)
+    refused(frozen, "observation space <class 'gymnasium.spaces.discrete.Discrete'> is not supported")
+    flat_image = tmp_path / "flat-image.zip"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        PPO("MlpPolicy", ImageEnv(), **ON).save(flat_image)
+    refused(flat_image, "image observations", "use CnnPolicy")
+    src = save_family("sac", tmp_path / "sac").zip
+
+    def unbounded(data: dict[str, Any]) -> None:
+        data["action_space"]["low"] = "[-inf -1.]"
+
+    refused(_edit(src, tmp_path / "unbounded.zip", unbounded), "no finite bounds")
+
+
+def test_weights_that_do_not_fit_the_declared_network_are_refused(tmp_path: Path) -> None:
+    sac = save_family("sac-gsde", tmp_path / "sac").zip
+    refused(_edit(sac, tmp_path / "not-sde.zip", lambda d: d.update(use_sde=False)), "use_sde False", "gSDE parameter")
+    gsde = save_family("ppo-gsde-expln-squash", tmp_path / "ppo").zip
+    one_std = _edit(gsde, tmp_path / "one-std.zip", lambda d: d["policy_kwargs"].update(full_std=False))
+    refused(one_std, "log_std is shape (8, 2)", "expects (8, 1)")
+    dqn = save_family("dqn", tmp_path / "dqn").zip
+    refused(_edit(dqn, tmp_path / "arch.zip", lambda d: d["policy_kwargs"].update(net_arch=[16])), "hidden layers [16, 8]")
+    refused(_edit(dqn, tmp_path / "eps.zip", lambda d: d.pop("exploration_final_eps")), "exploration_final_eps is None")
+
+
+def test_vecnormalize_that_does_not_fit_the_observation_is_refused(tmp_path: Path) -> None:
+    saved = save_family("ppo-dict-vecnormalize", tmp_path / "dict")
+    assert saved.venv is not None
+    saved.venv.norm_obs_keys = ["img"]
+    saved.venv.obs_rms = {"img": saved.venv.obs_rms["vec"]}
+    saved.venv.save(saved.zip.parent / "vec_normalize.pkl")
+    stats = saved.zip.parent / "vec_normalize.pkl"
+    refused(saved.zip, "normalizes the image 'img': not supported", named=stats)
+    box = save_family("sac", tmp_path / "box")
+    (box.zip.parent / "vec_normalize.pkl").replace(stats)
+    refused(saved.zip, "normalizes a Box, but model.zip takes a Dict observation", named=stats)
+
+
+def test_export_refuses_what_it_would_write_wrong(tmp_path: Path) -> None:
+    from harness.errors import UsageError
+    from harness.policies.export_onnx import export_onnx
+
+    for name, what in (("dqn", "epsilon-greedy sampling"), ("sac", "tanh-squashed actions and a log std layer")):
+        policy = load_sb3_zip(save_family(name, tmp_path / name).zip)
+        with pytest.raises(UsageError, match=f"cannot export {what}"):
+            export_onnx(policy, tmp_path / f"{name}.onnx")
