@@ -25,7 +25,7 @@ from harness.errors import UsageError
 from harness.policies import PolicyNet
 from harness.run.options import BenchConfig, CommonOptions, SweepConfig
 from harness.run.place import DEFAULT_SIMULATED_CARDS, cluster_address
-from harness.run.plan import EDGE_BATCH, UNIFORM_BATCH
+from harness.run.plan import EDGE_BATCH, uniform_rows
 from harness.workloads import noise_shape
 
 GIB = 1024**3
@@ -113,15 +113,15 @@ def available_memory() -> int:
 
 def estimate(config: CommonOptions, policies: dict[str, PolicyNet], n_cards: int) -> Estimate:
     """The memory of a sweep or a bench of `policies` on `n_cards` cards."""
-    if isinstance(config, SweepConfig):
-        sizes = [*config.batch_sizes, UNIFORM_BATCH, EDGE_BATCH]
-    else:
-        assert isinstance(config, BenchConfig)
-        sizes = list(config.batch_sizes)
     episodes = config.episodes if isinstance(config, SweepConfig) else max(config.batch_sizes)
     dtypes, actors = len(config.dtypes), n_cards + (1 if isinstance(config, SweepConfig) else 0)
     driver = object_store = weights = largest_unit = 0
     for policy in policies.values():
+        if isinstance(config, SweepConfig):
+            sizes = [*config.batch_sizes, uniform_rows(policy.info), EDGE_BATCH]
+        else:
+            assert isinstance(config, BenchConfig)
+            sizes = list(config.batch_sizes)
         rows = sum(sizes)
         inputs, outputs = rows * input_bytes_per_row(policy), rows * output_bytes_per_row(policy)
         driver += inputs + max(sizes) * output_bytes_per_row(policy) * (n_cards + REFERENCE_CALLS)

@@ -18,13 +18,17 @@ from harness.envs.registry import check_env
 from harness.envs.renames import renamed
 from harness.envs.spec import EnvSpec
 from harness.policies import PolicyNet, PolicySpec, load_policy, with_found_env
-from harness.policies.base import ObservationNormalizer
+from harness.policies.base import ObservationNormalizer, PolicyInfo
 from harness.policies.policy_files import PublishedScore
 from harness.run.options import CommonOptions, SweepConfig
 from harness.workloads import ObsBatch, make_batch
 
 EDGE_BATCH = 64
 UNIFORM_BATCH = 4096
+# The uniform batch holds at most this many observation values: 4096 rows of any vector policy
+# up to 64 values wide, and 64 rows of an 84x84x4 Atari image rather than 4096 (115 MB, and a
+# float64 golden forward of a minute on one core).
+UNIFORM_VALUES = UNIFORM_BATCH * 64
 # A large batch's first rows are also computed as batches of these sizes (batch invariance).
 INVARIANCE_ROWS = (1, 8)
 # The loader check (onnx_reference) compares float32 implementations, whatever the cards run.
@@ -216,13 +220,18 @@ def plan_units(
 def plan_batches(config: SweepConfig, policy: PolicyNet) -> list[ObsBatch]:
     info = policy.info
     batches = [make_batch(info, "normal", size, config.seed) for size in config.batch_sizes]
-    batches.append(make_batch(info, "uniform", UNIFORM_BATCH, config.seed))
+    batches.append(make_batch(info, "uniform", uniform_rows(info), config.seed))
     normalizer = policy.normalizer
     if isinstance(normalizer, ObservationNormalizer):
         batches.append(make_batch(info, "edge", EDGE_BATCH, config.seed, normalizer.clamp_bounds(), normalizer.clip))
     else:
         batches.append(make_batch(info, "edge", EDGE_BATCH, config.seed))
     return batches
+
+
+def uniform_rows(info: PolicyInfo) -> int:
+    """Rows of the uniform batch: UNIFORM_BATCH, fewer for wide observations (never below EDGE_BATCH)."""
+    return int(min(UNIFORM_BATCH, max(EDGE_BATCH, UNIFORM_VALUES // info.obs_size)))
 
 
 def largest_normal(batches: list[ObsBatch]) -> ObsBatch:
