@@ -133,7 +133,7 @@ def run_for(
 
 @torch.inference_mode()
 def closed_loop(
-    policy: PolicyNet, device: Device, env_id: str, env_impl: str, n_envs: int, seed: int, duration_s: float
+    policy: PolicyNet, device: Device, env_id: str, env_impl: str | None, n_envs: int, seed: int, duration_s: float
 ) -> ClosedLoop:
     """Rounds of `n_envs` seeded deterministic episodes in lockstep, one batched forward per
     step, until `duration_s` has passed (at least one round): the sweep's `run_episodes` at
