@@ -9,8 +9,8 @@ from functools import partial
 
 import numpy as np
 
-from actors.policy_actor import card_id, describe_runner
-from harness.devices import Kind, open_card, synchronize
+from actors.policy_actor import describe_runner
+from harness.devices import Kind, open_card, ray_card_id, synchronize
 from harness.envs.spec import EnvSpec
 from harness.inference.forward import forward_outputs, to_device
 from harness.inference.runner import Runner
@@ -31,7 +31,7 @@ from harness.policies import PolicySpec
 
 class BenchActor:
     def __init__(self, kind: Kind, position: int, policies: list[PolicySpec], threads: int, precision: str) -> None:
-        self.runner = Runner(open_card(kind, card_id(kind, position), precision), policies, threads)
+        self.runner = Runner(open_card(kind, ray_card_id(kind, position), precision), policies, threads)
         self.device = self.runner.device
         self.holds_host_memory = self.device.simulated and keep_freed_host_memory()
         self._sync = partial(synchronize, self.device)

@@ -8,19 +8,12 @@ from pathlib import Path
 import numpy as np
 import ray
 
-from harness.devices import RAY_RESOURCE, Kind, open_card
+from harness.devices import Kind, open_card, ray_card_id
 from harness.envs.spec import EnvSpec
 from harness.inference.faults import Fault, inject, maybe_crash
 from harness.inference.runner import Runner
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import PolicySpec
-
-
-def card_id(kind: Kind, position: int) -> int:
-    """The card's id on its node as Ray assigned it. Ray hides the other cards
-    (ASCEND_RT_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES), so in here the card is ordinal 0."""
-    ids = ray.get_runtime_context().get_accelerator_ids().get(RAY_RESOURCE[kind], [])
-    return int(ids[0]) if ids else position
 
 
 class PolicyActor:
@@ -37,7 +30,7 @@ class PolicyActor:
         self.position = position
         self.faults = faults
         self.crash_marker = Path(crash_marker)
-        card = open_card(kind, card_id(kind, position), precision)
+        card = open_card(kind, ray_card_id(kind, position), precision)
         self.runner = Runner(card, policies, threads, prepare=partial(inject, faults=faults))
 
     def describe(self) -> dict[str, object]:

@@ -18,6 +18,7 @@ import statistics
 from tqdm import tqdm
 
 from benchmarks import Comparison
+from harness.devices import SIMULATED
 from harness.policies import PolicySpec, load_policy
 from harness.run.bench import Measured, bench_cards, measure_scaling
 from harness.workloads import make_batch
@@ -35,7 +36,7 @@ def run() -> Comparison:
         for name, sizes in LARGE.items()
         for size in sizes
     ]
-    with bench_cards(None, "cpu", 2, [PolicySpec(name) for name in LARGE], policies, threads=1) as cards:
+    with bench_cards(None, SIMULATED, 2, [PolicySpec(name) for name in LARGE], policies, threads=1) as cards:
         repeats = [measure_scaling(cards, [1, 2], work, WINDOW_S, tqdm(disable=True)) for _ in range(REPEATS)]
     measured, efficiencies = {}, []
     for i, w in enumerate(work):

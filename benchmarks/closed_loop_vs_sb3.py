@@ -20,6 +20,7 @@ import ray
 import torch
 
 from benchmarks import Comparison
+from harness.devices import SIMULATED
 from harness.envs.cartpole import ENV_ID, HORIZON
 from harness.policies import PolicySpec, load_policy
 from harness.run.bench import bench_cards
@@ -68,7 +69,9 @@ def run() -> Comparison:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # gymnasium's Box precision notes, once per environment
         sb3_rate, sb3_returns, sb3_actions = sb3_evaluate()
-        with bench_cards(None, "cpu", 1, [PolicySpec("cartpole")], {"cartpole": load_policy("cartpole")}, threads=1) as cards:
+        with bench_cards(
+            None, SIMULATED, 1, [PolicySpec("cartpole")], {"cartpole": load_policy("cartpole")}, threads=1
+        ) as cards:
             actor = cards[0].actor
             runs = ray.get(
                 [

@@ -15,6 +15,7 @@ import tempfile
 import time
 
 from benchmarks import Comparison
+from harness.devices import SIMULATED
 from harness.run.options import SweepConfig
 from harness.run.sweep import run_sweep
 
@@ -31,7 +32,7 @@ def after_startup(episodes: int, batching: str) -> tuple[float, bool]:
         batch_sizes=[1],
         episodes=episodes,
         episode_batching=batching,
-        accelerator="cpu",
+        accelerator=SIMULATED,
         progress=False,
     )
     with tempfile.TemporaryDirectory() as results:

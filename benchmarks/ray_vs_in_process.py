@@ -24,6 +24,7 @@ import numpy as np
 import ray
 
 from benchmarks import Comparison
+from harness.devices import SIMULATED
 from harness.policies import PolicySpec, load_policy
 from harness.run.bench import bench_cards
 from harness.workloads import ObsBatch, make_batch
@@ -52,7 +53,7 @@ def _start_plain_process() -> None:
 
     torch.set_num_threads(1)
     keep_freed_host_memory()
-    _plain.update(policy=load_policy("cartpole"), device=open_card("cpu", 0), batches=_batches())
+    _plain.update(policy=load_policy("cartpole"), device=open_card(SIMULATED, 0), batches=_batches())
 
 
 def _plain_round() -> tuple[float, list[dict[str, np.ndarray]]]:
@@ -75,7 +76,7 @@ def run() -> Comparison:
     plain_rates, ray_rates, identical = [], [], True
     with (
         multiprocessing.get_context("spawn").Pool(1, initializer=_start_plain_process) as plain,
-        bench_cards(None, "cpu", 1, [PolicySpec("cartpole")], {"cartpole": load_policy("cartpole")}, threads=1) as cards,
+        bench_cards(None, SIMULATED, 1, [PolicySpec("cartpole")], {"cartpole": load_policy("cartpole")}, threads=1) as cards,
     ):
         actor = cards[0].actor
         for _ in range(WARMUP_ROUNDS):  # both sides until their heaps hold a round's activations

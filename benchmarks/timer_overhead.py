@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from benchmarks import Comparison
-from harness.devices import open_card, synchronize
+from harness.devices import SIMULATED, open_card, synchronize
 from harness.inference.forward import forward_outputs, to_device
 from harness.inference.timing import measure_latency, timed_iterations
 from harness.policies import load_policy
@@ -31,7 +31,7 @@ def _empty() -> None:
 
 def run() -> Comparison:
     torch.set_num_threads(1)
-    device = open_card("cpu", 0)
+    device = open_card(SIMULATED, 0)
     sync = partial(synchronize, device)
     timed_iterations(_empty, sync, 1000)  # warm the interpreter's caches
     loop_us, recorded_ms = [], []

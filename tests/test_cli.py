@@ -18,9 +18,9 @@ from tests.helpers import REPO, assert_usage_error, cli, harness
 
 
 def _npu_present() -> bool:
-    from harness.devices import npu_available
+    from harness.devices import accelerator
 
-    return npu_available()[0]
+    return accelerator("npu").detect().available
 
 
 def test_the_real_command_lists_its_subcommands_and_reports_a_mistake_in_one_line() -> None:
@@ -267,20 +267,24 @@ def test_info_lists_each_card_and_the_settings_it_starts_with(monkeypatch: pytes
     npu = {
         "available": True,
         "reason": "",
+        "simulated": False,
         "devices": ["Ascend910B3", "Ascend910B3"],
         "runtime": {"cann": "8.1.RC1"},
         "settings": {"torch_npu.npu.is_jit_compile_false()": True},
+        "warnings": ["torch 2.13.0 and torch-npu 2.6.0.post5 are not the same X.Y"],
     }
     local = {
         "npu": npu,
-        "cuda": {"available": False, "reason": "no CUDA", "devices": []},
-        "cpu": {"model": "x", "cores": 2},
+        "cuda": {"available": False, "reason": "no CUDA", "simulated": False, "devices": [], "warnings": []},
+        "cpu": {"available": True, "reason": "", "simulated": True, "devices": ["x"], "cores": 2, "warnings": []},
         "auto": "npu",
     }
     monkeypatch.setattr(harness.devices, "describe_local", lambda: local)
     out = cli("info").stdout
     assert "npu                available: 2 card(s): Ascend910B3, Ascend910B3" in out
     assert "cann = 8.1.RC1" in out and "torch_npu.npu.is_jit_compile_false() = True" in out and "auto picks         npu" in out
+    assert "warning: torch 2.13.0 and torch-npu 2.6.0.post5 are not the same X.Y" in out
+    assert "cuda               no: no CUDA" in out and "cpu                simulated cards on x (2 cores)" in out
 
 
 def test_each_option_s_choices_and_bounds_are_declared_once_and_hold_for_flags_and_toml(tmp_path: Path) -> None:

@@ -1,5 +1,7 @@
 """Device detection and description: the real NPU code path driven by a fake torch_npu module, the
-precision modes on the real torch, and no silent fallback."""
+precision modes on the real torch (whichever supported version this venv has: CI runs these on
+torch 2.6, 2.9 and 2.13), and no silent fallback. Each check the harness makes has a test here
+where it must fail."""
 
 from __future__ import annotations
 
@@ -16,8 +18,13 @@ import pytest
 import torch
 
 from harness import devices
+from harness.devices import cpu as cpu_module
+from harness.devices import cuda as cuda_module
+from harness.devices import npu as npu_module
 from harness.devices import precision
 from harness.errors import UsageError
+
+NEW_API = precision.fp32_precision_api()  # torch >= 2.9
 
 
 class CubeMathType(enum.IntEnum):
@@ -65,10 +72,12 @@ class FakeNpu:
 
 def fake_module(npu: FakeNpu) -> types.ModuleType:
     module = types.ModuleType("torch_npu")
-    module.__version__ = "2.13.0.fake"
-    module.npu = npu
-    module.utils = types.SimpleNamespace(get_cann_version=lambda module="CANN": {"CANN": "8.5.0", "DRIVER": "25.2.0"}[module])
-    module._C = types.SimpleNamespace(_npu_getOption=lambda name: {"ALLOW_INTERNAL_FORMAT": b"disable"}.get(name))
+    module.__version__ = "2.13.0.fake"  # type: ignore[attr-defined]
+    module.npu = npu  # type: ignore[attr-defined]
+    module.utils = types.SimpleNamespace(  # type: ignore[attr-defined]
+        get_cann_version=lambda module="CANN": {"CANN": "8.5.0", "DRIVER": "25.2.0"}[module]
+    )
+    module._C = types.SimpleNamespace(_npu_getOption=lambda name: {"ALLOW_INTERNAL_FORMAT": b"disable"}.get(name))  # type: ignore[attr-defined]
     return module
 
 
@@ -89,19 +98,44 @@ def broken_torch_npu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
+def pretend_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA card where there is none: torch's switches are its own on any build; only the card
+    and its name are pretended."""
+    if not torch.cuda.is_available():
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+
+
+def _torch_precision_paths() -> list[str]:
+    if NEW_API:
+        return ["torch.backends.fp32_precision", *cpu_module.FP32_PRECISION, *cuda_module.FP32_PRECISION]
+    return list(cuda_module.LEGACY_TF32)
+
+
+def _set(path: str, value: object) -> None:
+    *parents, name = path.split(".")[1:]
+    owner: object = torch
+    for part in parents:
+        owner = getattr(owner, part)
+    setattr(owner, name, value)
+
+
+@pytest.fixture
 def restore_torch_precision() -> Iterator[None]:
     """Tests here set torch's process-wide precision switches; put them back, the top level first
     (setting a level also sets the levels below it)."""
-    paths = [
-        "torch.backends.fp32_precision",
-        *precision.FP32_PRECISION["cpu"],
-        *precision.FP32_PRECISION["cuda"],
-        *precision.REDUCED_REDUCTIONS["cuda"],
-    ]
-    saved = {path: precision._get(path) for path in paths}
+    paths = _torch_precision_paths() + list(cuda_module.REDUCED_REDUCTIONS)
+    switches = [precision.torch_attribute(path, None, optional=True) for path in paths]
+    saved = {s.name: s.get() for s in switches if s.present()}
+    matmul = torch.get_float32_matmul_precision()
     yield
+    if not NEW_API:
+        torch.set_float32_matmul_precision(matmul)
     for path, value in saved.items():
-        precision._set(path, value)
+        _set(path, value)
+
+
+# The NPU, through a fake torch_npu ------------------------------------------------------------
 
 
 def test_npu_is_picked_first_and_described(fake_torch_npu: FakeNpu, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -122,20 +156,33 @@ def test_npu_is_picked_first_and_described(fake_torch_npu: FakeNpu, monkeypatch:
     }
     assert card.settings == {
         "precision": "strict",
-        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
-        "HCCL_DETERMINISTIC": "true",
-        "ASCEND_LAUNCH_BLOCKING": None,
+        "set": {
+            "torch_npu.npu.matmul.allow_hf32": False,
+            "torch_npu.npu.matmul.cube_math_type": "KEEP_DTYPE",
+            "torch_npu.npu.conv.allow_hf32": False,
+        },
         "torch_npu.npu.matmul.allow_hf32": False,
         "torch_npu.npu.matmul.cube_math_type": "KEEP_DTYPE",
         "torch_npu.npu.conv.allow_hf32": False,
+        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled(),
         "torch_npu.npu.is_jit_compile_false()": True,
         "torch_npu.npu.config.allow_internal_format": "disable",
+        "HCCL_DETERMINISTIC": "true",
+        "ASCEND_LAUNCH_BLOCKING": None,
     }
     assert devices.reduced_float32_matmul(card.settings) is None
     json.dumps(card.as_dict())  # what every actor reports and `runs.devices` stores
     assert fake_torch_npu.calls == ["set_device(npu:0)"]
     devices.synchronize(card)
     assert fake_torch_npu.calls[-1] == "synchronize"
+    assert devices.accelerator("npu").actor_options() == {"resources": {"NPU": 1}}
+
+
+def test_the_device_record_keeps_its_shape(fake_torch_npu: FakeNpu) -> None:
+    """`runs.devices` stores `as_dict()`: the same keys, in the same order, as before the classes."""
+    expected = ["kind", "index", "torch_device", "model", "simulated", "node", "runtime", "settings", "label"]
+    assert list(devices.open_card("npu", 0).as_dict()) == expected
+    assert list(devices.cpu_reference().as_dict()) == expected
 
 
 def test_info_lists_every_npu_card_and_how_a_card_computes(fake_torch_npu: FakeNpu) -> None:
@@ -144,18 +191,40 @@ def test_info_lists_every_npu_card_and_how_a_card_computes(fake_torch_npu: FakeN
     assert npu["runtime"]["cann"] == "8.5.0"  # type: ignore[index]
     assert npu["settings"]["torch_npu.npu.is_jit_compile_false()"] is True  # type: ignore[index]
     assert npu["settings"]["torch_npu.npu.conv.allow_hf32"] is True  # type: ignore[index]  # read, never set
+    assert npu["settings"]["torch_npu.npu.matmul.cube_math_type"] == "never set"  # type: ignore[index]
 
 
 def test_npu_device_default_leaves_the_card_as_it_comes(fake_torch_npu: FakeNpu) -> None:
     fake_torch_npu.matmul.allow_hf32 = True
     card = devices.open_card("npu", 0, precision="device-default")
-    assert card.settings["precision"] == "device-default"
+    assert card.settings["precision"] == "device-default" and card.settings["set"] == {}
     assert card.settings["torch_npu.npu.matmul.allow_hf32"] is True and card.settings["torch_npu.npu.conv.allow_hf32"] is True
-    assert card.settings["torch_npu.npu.matmul.cube_math_type"] is None
+    assert card.settings["torch_npu.npu.matmul.cube_math_type"] == "never set"
     assert devices.reduced_float32_matmul(card.settings) == "hf32"
     strict = devices.open_card("npu", 0)
     assert devices.reduced_float32_matmul(strict.settings) is None
     assert (fake_torch_npu.matmul.allow_hf32, fake_torch_npu.conv.allow_hf32) == (False, False)
+
+
+def test_strict_fails_a_card_whose_switch_reads_back_otherwise(fake_torch_npu: FakeNpu) -> None:
+    """A torch_npu that takes `conv.allow_hf32 = False` and keeps HF32 on is refused, never
+    judged as float32."""
+
+    class Stuck:
+        allow_hf32 = property(lambda self: True, lambda self, value: None)
+
+    fake_torch_npu.conv = Stuck()  # type: ignore[assignment]
+    with pytest.raises(UsageError, match=r"torch_npu.npu.conv.allow_hf32 reads True after it was set to False"):
+        devices.open_card("npu", 0)
+
+
+def test_strict_fails_a_card_whose_switch_cannot_be_set(fake_torch_npu: FakeNpu) -> None:
+    class Refuses:
+        allow_hf32 = property(lambda self: True, lambda self, value: (_ for _ in ()).throw(RuntimeError("needs CANN")))
+
+    fake_torch_npu.conv = Refuses()  # type: ignore[assignment]
+    with pytest.raises(UsageError, match=r"cannot set torch_npu.npu.conv.allow_hf32 to False \(RuntimeError: needs CANN\)"):
+        devices.open_card("npu", 0)
 
 
 def test_the_fake_torch_npu_has_every_path_the_harness_uses(fake_torch_npu: FakeNpu) -> None:
@@ -165,7 +234,9 @@ def test_the_fake_torch_npu_has_every_path_the_harness_uses(fake_torch_npu: Fake
             owner = getattr(owner, part)
 
 
-def test_npu_fields_that_fail_to_read_are_left_empty(fake_torch_npu: FakeNpu, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_npu_fields_that_fail_to_read_say_why_and_are_never_blank(
+    fake_torch_npu: FakeNpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def fails(*args: object) -> object:
         raise RuntimeError("the call needs CANN")
 
@@ -173,26 +244,31 @@ def test_npu_fields_that_fail_to_read_are_left_empty(fake_torch_npu: FakeNpu, mo
     monkeypatch.setattr(module.utils, "get_cann_version", fails)
     monkeypatch.setattr(module._C, "_npu_getOption", fails)
     monkeypatch.setattr(fake_torch_npu, "get_soc_version", fails)
-    monkeypatch.delattr(fake_torch_npu.matmul, "cube_math_type")  # an older torch_npu
+    monkeypatch.delattr(fake_torch_npu.matmul, "cube_math_type")
     card = devices.open_card("npu", 1, precision="device-default")
     assert (card.runtime["cann"], card.runtime["driver"], card.runtime["soc_version"]) == ("", "", "")
-    assert card.settings["torch_npu.npu.matmul.cube_math_type"] is None
-    assert card.settings["torch_npu.npu.config.allow_internal_format"] is None
+    assert card.settings["torch_npu.npu.matmul.cube_math_type"] == (
+        "unreadable: AttributeError: 'types.SimpleNamespace' object has no attribute 'cube_math_type'"
+    )
+    assert card.settings["torch_npu.npu.config.allow_internal_format"] == "unreadable: RuntimeError: the call needs CANN"
+    # A card whose float32 matmul mode is unknown gets no float32 label: the sweep stops (exit 2).
+    with pytest.raises(UsageError, match=r"float32 matmul mode is unknown \(torch_npu.npu.matmul.cube_math_type = unreadable"):
+        devices.reduced_float32_matmul(card.settings)
 
 
 def test_npu_asked_for_without_torch_npu_is_an_error_never_a_cpu_fallback(broken_torch_npu: None) -> None:
-    ok, why = devices.npu_available()
+    ok, why = devices.accelerator("npu").detect()
     assert not ok and "torch_npu is not importable" in why
     with pytest.raises(UsageError, match="--accelerator npu asked for, but torch_npu is not importable"):
         devices.resolve_accelerator("npu")
     with pytest.raises(UsageError, match="an NPU card was asked for"):
         devices.open_card("npu", 0)
-    with pytest.raises(UsageError, match="--precision strict on an NPU card, but torch_npu is not importable"):
+    with pytest.raises(UsageError, match=r"--precision strict: cannot set .* \(RuntimeError: torch_npu is not importable"):
         devices.apply_precision("npu", "strict")
     assert devices.resolve_accelerator("auto") in ("cuda", "cpu")
-    settings = devices.read_precision("npu")
-    assert (
-        settings["torch_npu.npu.matmul.allow_hf32"] is None and settings["torch_npu.npu.config.allow_internal_format"] is None
+    settings = {k: v for k, v in devices.read_precision("npu").items() if k.startswith("torch_npu.")}
+    assert len(settings) == 5 and all(
+        str(v).startswith("unreadable: RuntimeError: torch_npu is not importable") for v in settings.values()
     )
     assert devices.runtime_versions("npu")["cann"] == ""
 
@@ -203,51 +279,107 @@ def test_npu_present_but_unavailable(fake_torch_npu: FakeNpu, monkeypatch: pytes
         devices.resolve_accelerator("npu")
 
 
+def test_detection_never_raises(fake_torch_npu: FakeNpu, monkeypatch: pytest.MonkeyPatch) -> None:
+    def explodes() -> bool:
+        raise OSError("libascendcl.so: cannot open shared object file")
+
+    monkeypatch.setattr(fake_torch_npu, "is_available", explodes)
+    ok, why = devices.accelerator("npu").detect()
+    assert not ok and "OSError: libascendcl.so" in why
+
+
+@pytest.mark.parametrize(
+    ("torch_version", "npu_version", "warned"),
+    [
+        ("2.6.0", "2.6.0.post5", False),
+        ("2.13.0+cpu", "2.13.0", False),
+        ("2.13.0", "2.6.0.post5", True),
+        ("2.9.0", None, False),
+    ],
+)
+def test_info_says_when_torch_and_torch_npu_are_not_the_same_x_y(
+    monkeypatch: pytest.MonkeyPatch, torch_version: str, npu_version: str | None, warned: bool
+) -> None:
+    def version(name: str) -> str:
+        found = {"torch": torch_version, "torch-npu": npu_version}[name]
+        if found is None:
+            raise npu_module.metadata.PackageNotFoundError(name)
+        return found
+
+    monkeypatch.setattr(npu_module.metadata, "version", version)
+    warnings = devices.accelerator("npu").local()["warnings"]
+    if warned:
+        assert warnings == [
+            f"torch {torch_version} and torch-npu {npu_version} are not the same X.Y: torch_npu 2.6 runs only on torch 2.6 "
+            "(README: the support matrix)"
+        ]
+    else:
+        assert warnings == []
+
+
+# CUDA and the CPU, on the real torch of this venv ---------------------------------------------
+
+
 def test_cuda_asked_for_on_a_cpu_machine_is_an_error() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(UsageError, match="--accelerator cuda asked for"):
         devices.resolve_accelerator("cuda")
+    with pytest.raises(UsageError, match="a CUDA card was asked for"):
+        devices.open_card("cuda", 0)
 
 
-def test_cuda_strict_turns_tf32_and_reduced_reductions_off(
-    monkeypatch: pytest.MonkeyPatch, restore_torch_precision: None
-) -> None:
-    """The switches are torch's own, on any build; only the card is pretended where there is none."""
-    if not torch.cuda.is_available():
-        monkeypatch.setattr("harness.devices.card.cuda_available", lambda: (True, ""))
-        monkeypatch.setattr(torch.cuda, "get_device_name", lambda index: "NVIDIA H200")
-    torch.backends.cuda.matmul.fp32_precision = "tf32"
+def test_cuda_strict_turns_tf32_and_reduced_reductions_off(pretend_cuda: None, restore_torch_precision: None) -> None:
+    """With the API this torch has: `fp32_precision` on >= 2.9, `allow_tf32` and the matmul
+    precision before it (where cuDNN's TF32 is on by default)."""
+    torch.set_float32_matmul_precision("high")  # TF32 matmuls, on every supported torch
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
     card = devices.open_card("cuda", 2, precision="device-default")
-    assert card.settings["torch.backends.cuda.matmul.fp32_precision"] == "tf32"
     assert devices.reduced_float32_matmul(card.settings) == "tf32"
+    key = "torch.backends.cuda.matmul.fp32_precision" if NEW_API else "torch.backends.cuda.matmul.allow_tf32"
+    assert card.settings[key] == ("tf32" if NEW_API else True)
     card = devices.open_card("cuda", 2)
     assert card.label == "cuda2" and card.torch_device == "cuda:0" and not card.simulated
-    assert {k: v for k, v in card.settings.items() if k in precision.FP32_PRECISION["cuda"]} == dict.fromkeys(
-        precision.FP32_PRECISION["cuda"], "ieee"
-    )
-    assert not any(card.settings[k] for k in precision.REDUCED_REDUCTIONS["cuda"])
+    switches = devices.accelerator("cuda").switches()
+    present = [s for s in switches if s.present()]
+    assert card.settings["set"] == {s.name: s.strict for s in present}
+    assert {s.name: card.settings[s.name] for s in present} == {s.name: s.strict for s in present}
+    if NEW_API:
+        assert set(cuda_module.FP32_PRECISION) <= set(card.settings["set"])  # type: ignore[arg-type]
+    else:
+        assert card.settings["torch.backends.cudnn.allow_tf32"] is False
+        assert card.settings["torch.get_float32_matmul_precision()"] == "highest"
+    for path in cuda_module.REDUCED_REDUCTIONS:  # False where this torch has it, said to be absent where not
+        assert card.settings[path] is False or str(card.settings[path]).startswith(
+            f"absent: torch {torch.__version__.split('+')[0]}"
+        )
     assert devices.reduced_float32_matmul(card.settings) is None
     assert {"cuda", "cudnn", "cublas", "driver", "CUDA_VISIBLE_DEVICES"} <= set(card.runtime)
+    assert devices.accelerator("cuda").actor_options() == {"num_gpus": 1}
 
 
 def test_cpu_cards_are_labelled_simulated_and_compute_strict_float32(restore_torch_precision: None) -> None:
-    torch.backends.mkldnn.matmul.fp32_precision = "bf16"  # what torch.set_float32_matmul_precision("medium") does
+    """The CPU's reduced float32 (oneDNN bf16 matmuls) is recorded and turned off on every torch."""
+    torch.set_float32_matmul_precision("medium")  # bf16 matmuls on the CPU, on every supported torch
     card = devices.open_card("cpu", 1, precision="device-default")
     assert card.simulated and card.label == "sim-cpu1" and card.torch_device == "cpu"
     assert devices.reduced_float32_matmul(card.settings) == "bf16"
     card = devices.open_card("cpu", 1)
     assert card.settings["precision"] == "strict"
-    assert {k: card.settings[k] for k in precision.FP32_PRECISION["cpu"]} == dict.fromkeys(
-        precision.FP32_PRECISION["cpu"], "ieee"
-    )
+    if NEW_API:
+        expected = dict.fromkeys(cpu_module.FP32_PRECISION, "ieee")
+    else:
+        expected = {"torch.get_float32_matmul_precision()": "highest"}
+    assert card.settings["set"] == expected and {k: card.settings[k] for k in expected} == expected
     assert devices.reduced_float32_matmul(card.settings) is None
-    torch.backends.mkldnn.matmul.fp32_precision = "bf16"
+    torch.set_float32_matmul_precision("medium")
     ref = devices.cpu_reference()
     assert not ref.simulated and ref.label == "cpu"
     assert ref.settings["precision"] == "strict" and devices.reduced_float32_matmul(ref.settings) is None
-    assert devices.RAY_RESOURCE == {"npu": "NPU", "cuda": "GPU", "cpu": "NPU"}
+    simulated = devices.accelerator(devices.SIMULATED)
+    assert (simulated.ray_resource, simulated.actor_options()) == ("NPU", {"resources": {"NPU": 1}})
+    assert simulated.local_ray_resources(None) == {"NPU": 2.0} and simulated.local_ray_resources(3) == {"NPU": 3.0}
+    assert devices.accelerator("npu").local_ray_resources(3) is None  # real cards: the node's own
 
 
 @pytest.mark.parametrize(
@@ -257,28 +389,45 @@ def test_cpu_cards_are_labelled_simulated_and_compute_strict_float32(restore_tor
         ({"torch.backends.cuda.matmul.fp32_precision": "none"}, None),
         ({"torch.backends.cuda.matmul.fp32_precision": "tf32"}, "tf32"),
         ({"torch.backends.cuda.matmul.allow_tf32": True}, "tf32"),  # torch < 2.9
-        ({"torch.backends.cuda.matmul.allow_tf32": None}, None),  # not readable
+        ({"torch.backends.cuda.matmul.allow_tf32": False, "torch.get_float32_matmul_precision()": "highest"}, None),
+        ({"torch.get_float32_matmul_precision()": "high"}, "tf32"),  # torch < 2.9, CPU or CUDA
+        ({"torch.get_float32_matmul_precision()": "medium"}, "bf16"),
+        ({"torch.backends.cuda.matmul.allow_tf32": "absent: torch 2.6.0 has no ..."}, None),
         ({"torch.backends.mkldnn.matmul.fp32_precision": "bf16"}, "bf16"),
         (
             {
                 "torch_npu.npu.matmul.allow_hf32": False,
-                "torch_npu.npu.matmul.cube_math_type": None,
+                "torch_npu.npu.matmul.cube_math_type": "never set",
                 "torch_npu.npu.conv.allow_hf32": True,
             },
             None,
         ),
-        ({"torch_npu.npu.matmul.allow_hf32": True, "torch_npu.npu.matmul.cube_math_type": None}, "hf32"),
+        ({"torch_npu.npu.matmul.allow_hf32": True, "torch_npu.npu.matmul.cube_math_type": "never set"}, "hf32"),
         (
             {"torch_npu.npu.matmul.allow_hf32": False, "torch_npu.npu.matmul.cube_math_type": "ALLOW_FP32_DOWN_PRECISION"},
             "hf32",
         ),
         ({"torch_npu.npu.matmul.allow_hf32": False, "torch_npu.npu.matmul.cube_math_type": "USE_HF32"}, "hf32"),
         ({"torch_npu.npu.matmul.allow_hf32": False, "torch_npu.npu.matmul.cube_math_type": "USE_FP16"}, "fp16"),
-        ({"torch_npu.npu.matmul.allow_hf32": None, "torch_npu.npu.matmul.cube_math_type": None}, None),
     ],
 )
 def test_reduced_float32_matmul(settings: dict[str, object], reduced: str | None) -> None:
     assert devices.reduced_float32_matmul(settings) == reduced
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "torch.backends.cuda.matmul.fp32_precision",
+        "torch.backends.mkldnn.matmul.fp32_precision",
+        "torch.backends.cuda.matmul.allow_tf32",
+        "torch.get_float32_matmul_precision()",
+        "torch_npu.npu.matmul.allow_hf32",
+    ],
+)
+def test_an_unreadable_matmul_mode_is_never_taken_for_float32(key: str) -> None:
+    with pytest.raises(UsageError, match="float32 matmul mode is unknown"):
+        devices.reduced_float32_matmul({key: "unreadable: RuntimeError: mixed legacy and new APIs"})
 
 
 def test_an_unknown_precision_is_a_usage_error() -> None:
@@ -287,18 +436,33 @@ def test_an_unknown_precision_is_a_usage_error() -> None:
         devices.open_card("cpu", 0, precision="fast")
 
 
-def test_before_torch_2_9_the_legacy_flags_are_read_and_never_raise(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(precision, "FP32_PRECISION_API", False)
-    settings = devices.read_precision("cuda")
-    assert {"torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32"} <= set(settings)
-    assert not any(key.endswith("fp32_precision") for key in settings)
-    assert devices.read_precision("cpu") == {
-        "torch.are_deterministic_algorithms_enabled()": torch.are_deterministic_algorithms_enabled()
+def test_a_switch_this_torch_lacks_is_recorded_absent_and_never_set() -> None:
+    missing = precision.torch_attribute("torch.backends.cuda.matmul.allow_fp64_magic", False, optional=True)
+    assert precision.read_switches([missing]) == {
+        "torch.backends.cuda.matmul.allow_fp64_magic": f"absent: torch {precision.installed('torch')} has no "
+        "torch.backends.cuda.matmul.allow_fp64_magic"
     }
+    assert precision.make_strict([missing]) == {}
+    required = precision.torch_attribute("torch.backends.cuda.matmul.allow_fp64_magic", False)
+    with pytest.raises(UsageError, match=r"cannot set torch\.backends\.cuda\.matmul\.allow_fp64_magic"):
+        precision.make_strict([required])
 
 
 def test_backend_autoload_is_off_before_torch_is_imported() -> None:
-    code = "import sys, os; import harness.devices; print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'], 'torch' in sys.modules)"
+    code = (
+        "import sys, os; import harness.devices; harness.devices.open_card; "
+        "print(os.environ['TORCH_DEVICE_BACKEND_AUTOLOAD'], 'torch' in sys.modules)"
+    )
     env_free = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env_free, check=True).stdout.split()
     assert out == ["0", "True"]
+
+
+def test_the_accelerator_names_come_without_torch() -> None:
+    """`harness --help` and option validation read the registry; neither imports torch."""
+    code = (
+        "import sys; import harness.run.options as o; from harness.devices import choices, SIMULATED; "
+        "print(','.join(choices()), SIMULATED, 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["auto,npu,cuda,cpu", "cpu", "False"]

@@ -1,4 +1,5 @@
-"""The harness against the real torch_npu wheel, where one is installed (`make test-npu-wheel`).
+"""The harness against the real torch_npu wheel, where one is installed (`make test-npu-wheel`,
+`make test-torch TORCH=...`), and against the sources of every supported wheel (`make test-npu-api`).
 
 Without the Ascend CANN toolkit `import torch_npu` fails, so the wheel cannot be driven here. What
 can be checked is its Python sources: every torch_npu name the harness uses
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -30,6 +32,16 @@ def installed_wheel() -> Path:
     if spec is None or spec.origin is None:
         pytest.skip("torch_npu is not installed here; `make test-npu-wheel` runs this against the real wheel")
     return Path(spec.origin).parent
+
+
+def wheel_sources() -> list[Path]:
+    """The torch_npu package folders whose sources are checked: those TORCH_NPU_SOURCES lists
+    (unpacked wheels, separated by os.pathsep: `make test-npu-api`), else the installed one."""
+    listed = os.environ.get("TORCH_NPU_SOURCES", "")
+    if listed:
+        return [Path(p) for p in listed.split(os.pathsep) if p]
+    spec = importlib.util.find_spec("torch_npu")
+    return [Path(spec.origin).parent] if spec is not None and spec.origin is not None else []
 
 
 def used_torch_npu_paths(source: str) -> set[str]:
@@ -213,8 +225,12 @@ def class_attributes(node: ast.ClassDef) -> set[str]:
     return names
 
 
-def test_every_torch_npu_name_the_harness_uses_is_defined_in_the_installed_wheel() -> None:
-    sources = WheelSources(installed_wheel())
+@pytest.mark.parametrize("package", wheel_sources() or [None], ids=lambda p: p.parent.name if p else "no-wheel")
+def test_every_torch_npu_name_the_harness_uses_is_defined_in_the_installed_wheel(package: Path | None) -> None:
+    if package is None:
+        pytest.skip("torch_npu is not installed here; `make test-npu-wheel` and `make test-npu-api` run this")
+    assert (package / "__init__.py").is_file(), f"{package} is not a torch_npu package folder"
+    sources = WheelSources(package)
     missing = [path for path in TORCH_NPU_API if not sources.defines(path)]
     assert not missing, f"not defined in {sources.package}: {missing}"
     assert not sources.defines("torch_npu.npu.matmul.allow_tf32")  # the check can fail
@@ -226,7 +242,7 @@ def test_with_the_real_wheel_every_read_answers_and_says_why_the_npu_is_unusable
     installed_wheel()
     code = (
         "import json; import harness.devices as d; "
-        "print(json.dumps({'available': d.npu_available(), 'local': d.describe_local()['npu'], "
+        "print(json.dumps({'available': d.accelerator('npu').detect(), 'local': d.describe_local()['npu'], "
         "'settings': d.read_precision('npu'), 'runtime': d.runtime_versions('npu')}))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
@@ -240,5 +256,6 @@ def test_with_the_real_wheel_every_read_answers_and_says_why_the_npu_is_unusable
         assert found["runtime"]["torch_npu"] and found["settings"]["torch_npu.npu.matmul.allow_hf32"] is not None
         return
     assert why.startswith("torch_npu is not importable (") and len(why) > len("torch_npu is not importable ()")
-    assert set(npu_settings.values()) == {None} and found["local"]["devices"] == []
+    assert all(v.startswith("unreadable: RuntimeError: torch_npu is not importable (") for v in npu_settings.values())
+    assert found["local"]["devices"] == []
     assert found["runtime"]["torch_npu"] == found["runtime"]["cann"] == ""

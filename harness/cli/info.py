@@ -19,6 +19,7 @@ PACKAGES = (
     "seals",
     "onnx",
     "onnxruntime",
+    "onnx2torch",
     "pyarrow",
     "duckdb",
     "stable-baselines3",
@@ -55,9 +56,10 @@ def collect(address: str | None) -> dict[str, Any]:
 def _ray_resources(address: str) -> dict[str, Any]:
     import ray
 
+    from harness.devices import SIMULATED
     from harness.run.place import connect
 
-    connect(address, "cpu", None)
+    connect(address, SIMULATED, None)  # joining `address`: what would start a local Ray is unused
     try:
         return {"resources": ray.cluster_resources(), "nodes": sum(1 for n in ray.nodes() if n.get("Alive"))}
     finally:
@@ -74,17 +76,26 @@ def print_info(as_json: bool, address: str | None) -> None:
         print(f"  {name:<18} {version or '-'}")
     # The precision and compile settings each card starts with are what the checklist in the
     # README ("On a real NPU cluster") reads before a sweep; --json has the same.
-    devices = info["devices"]
-    for kind in ("npu", "cuda"):
-        d = devices[kind]
-        if not d["available"]:
-            print(f"  {kind:<18} no: {d['reason']}")
-            continue
-        names = d["devices"]
-        print(f"  {kind:<18} available: {len(names)} card(s): {', '.join(names)}")
-        for key, value in {**d.get("runtime", {}), **d.get("settings", {})}.items():
-            print(f"  {'':<18}   {key} = {value}")
-    print(f"  {'cpu':<18} {devices['cpu']['model']} ({devices['cpu']['cores']} cores)")
-    print(f"  {'auto picks':<18} {devices['auto']}")
+    devices = dict(info["devices"])
+    auto = devices.pop("auto")
+    for kind, d in devices.items():
+        print_accelerator(kind, d)
+    print(f"  {'auto picks':<18} {auto}")
     if "ray" in info:
         print(f"  {'ray cluster':<18} {info['ray']}")
+
+
+def print_accelerator(kind: str, d: dict[str, Any]) -> None:
+    """One accelerator of `describe_local`: available or why not, its cards, then what they run
+    on and how a card computes (the checklist in the README reads these before a sweep)."""
+    names = d.get("devices", [])
+    if not d["available"]:
+        print(f"  {kind:<18} no: {d['reason']}")
+    elif d.get("simulated"):
+        print(f"  {kind:<18} simulated cards on {', '.join(names)} ({d.get('cores', '?')} cores)")
+    else:
+        print(f"  {kind:<18} available: {len(names)} card(s): {', '.join(names)}")
+    for key, value in {**d.get("runtime", {}), **d.get("settings", {})}.items():
+        print(f"  {'':<18}   {key} = {value}")
+    for warning in d.get("warnings", []):
+        print(f"  {'':<18}   warning: {warning}")

@@ -6,142 +6,166 @@ CPU's. Ascend's HF32 is the same idea, and torch_npu turns it on for convolution
 card whose float32 matmuls ran reduced is labelled so (`reduced_float32_matmul`), never judged as
 float32.
 
-torch >= 2.9 sets float32 precision per backend and operator (`fp32_precision`: "ieee" is full
-float32, "tf32" and "bf16" are reduced, "none" takes the level above's) and raises when these and
-the legacy flags (`allow_tf32`, `set_float32_matmul_precision`) are mixed. So only the new names
-are read and set where they exist; the legacy flags only on an older torch, which has no others.
+Each accelerator (harness/devices/cpu.py, cuda.py, npu.py) lists its `Switch`es: the settings that
+`strict` sets, under the names they have in torch or torch_npu, for the torch it runs on. torch >=
+2.9 sets float32 precision per backend and operator (`fp32_precision`: "ieee" is full float32,
+"tf32" and "bf16" are reduced, "none" takes the level above's) and raises when these and the
+legacy flags are mixed, so there only the new names are set and read. Before 2.9 the legacy ones
+are the only ones: `allow_tf32` and `torch.set_float32_matmul_precision("highest")`.
+
+`strict` sets every switch, then reads each back: a switch that reads otherwise (or cannot be
+read) fails the card, because a card that only might compute in full float32 would be judged as
+if it did. What was set and what was read are both recorded. Light on purpose: the names of the
+modes are read by option validation, without torch.
 """
 
 from __future__ import annotations
 
-import os
-from functools import partial
+import importlib.metadata
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
-import torch
-
-from harness.devices.detect import Kind, import_torch_npu
-from harness.devices.npu import NPU_ENVIRONMENT, make_npu_strict, npu_settings
-from harness.devices.reading import guarded
-from harness.errors import UsageError
+from harness.devices.reading import is_unreadable, plain, read_setting
+from harness.errors import UsageError, first_line
 
 PRECISIONS = ("strict", "device-default")
 
-FP32_PRECISION_API = hasattr(torch.backends, "fp32_precision")  # torch >= 2.9
-
-# The float32 precision of each backend a kind computes with; strict sets each to "ieee". NPU
-# matmuls go through torch_npu's own switches (harness/devices/npu.py).
-FP32_PRECISION: dict[Kind, tuple[str, ...]] = {
-    "cuda": (
-        "torch.backends.cuda.matmul.fp32_precision",
-        "torch.backends.cudnn.fp32_precision",
-        "torch.backends.cudnn.conv.fp32_precision",
-        "torch.backends.cudnn.rnn.fp32_precision",
-    ),
-    "cpu": (
-        "torch.backends.mkldnn.fp32_precision",
-        "torch.backends.mkldnn.matmul.fp32_precision",
-        "torch.backends.mkldnn.conv.fp32_precision",
-        "torch.backends.mkldnn.rnn.fp32_precision",
-    ),
-    "npu": (),
-}
-# The same before torch 2.9; strict sets each to False. The CPU had no switch to read.
-LEGACY_TF32: dict[Kind, tuple[str, ...]] = {
-    "cuda": ("torch.backends.cuda.matmul.allow_tf32", "torch.backends.cudnn.allow_tf32"),
-    "cpu": (),
-    "npu": (),
-}
-# float16/bfloat16 GEMMs allowed to reduce (split-K) or accumulate in their own dtype rather than
-# float32; strict sets each to False. A torch that lacks one is left without it.
-REDUCED_REDUCTIONS: dict[Kind, tuple[str, ...]] = {
-    "cuda": (
-        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction",
-        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction",
-        "torch.backends.cuda.matmul.allow_fp16_accumulation",
-    ),
-    "cpu": (),
-    "npu": (),
-}
-# Recorded as they are: whether a kind picks kernels deterministically.
-DETERMINISM: dict[Kind, tuple[str, ...]] = {
-    "cuda": ("torch.backends.cudnn.deterministic", "torch.backends.cudnn.benchmark"),
-    "cpu": (),
-    "npu": (),
-}
-# CUBLAS_WORKSPACE_CONFIG makes cuBLAS deterministic; *_LAUNCH_BLOCKING makes every launch synchronous.
-ENVIRONMENT: dict[Kind, tuple[str, ...]] = {
-    "cuda": ("CUBLAS_WORKSPACE_CONFIG", "CUDA_LAUNCH_BLOCKING"),
-    "cpu": (),
-    "npu": NPU_ENVIRONMENT,
-}
+# `torch.get_float32_matmul_precision()` as torch documents its levels: "high" lets float32
+# matmuls use TF32 (or bf16x3), "medium" bfloat16. Only read before torch 2.9.
+MATMUL_PRECISION = "torch.get_float32_matmul_precision()"
+MATMUL_PRECISION_REDUCED = {"high": "tf32", "medium": "bf16"}
 
 
-def apply_precision(kind: Kind, mode: str) -> None:
-    """Set this process's card to `mode`; call it inside the card's actor before any policy runs.
-    `strict` turns off every reduced float32 mode the card has, `device-default` changes nothing."""
+def check_mode(mode: str) -> None:
     if mode not in PRECISIONS:
         raise UsageError(f"--precision {mode!r} is not one of {', '.join(PRECISIONS)}")
-    if mode == "device-default":
-        return
-    for path in fp32_switches(kind):
-        _set(path, "ieee" if FP32_PRECISION_API else False)
-    for path in REDUCED_REDUCTIONS[kind]:
-        _set(path, False)
-    if kind == "npu":
-        torch_npu, why = import_torch_npu()
-        if torch_npu is None:
-            raise UsageError(f"--precision strict on an NPU card, but torch_npu is not importable ({why})")
-        make_npu_strict(torch_npu)
 
 
-def read_precision(kind: Kind) -> dict[str, object]:
-    """How this process's card computes, keyed by the setting's own name: None where this version
-    has no such setting (or an environment variable is unset). Never raises."""
-    paths = fp32_switches(kind) + REDUCED_REDUCTIONS[kind] + DETERMINISM[kind]
-    settings = {path: guarded(partial(_get, path)) for path in paths}
-    settings["torch.are_deterministic_algorithms_enabled()"] = guarded(torch.are_deterministic_algorithms_enabled)
-    settings |= {name: os.environ.get(name) for name in ENVIRONMENT[kind]}
-    if kind == "npu":
-        settings |= npu_settings(import_torch_npu()[0])
-    return settings
+def fp32_precision_api() -> bool:
+    """torch >= 2.9: float32 precision is set per backend and operator (`fp32_precision`)."""
+    import torch
+
+    return hasattr(torch.backends, "fp32_precision")
 
 
-def reduced_float32_matmul(settings: dict[str, object]) -> str | None:
-    """The reduced format float32 matmuls ran in, from a card's `read_precision`: "tf32" (CUDA),
-    "hf32" (NPU), "bf16", "fp16"; None when they ran in full float32."""
-    for path, value in settings.items():
-        if path.endswith(".matmul.fp32_precision") and value not in (None, "none", "ieee"):
+def always() -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One setting of how a card computes, under its own name in torch or torch_npu."""
+
+    name: str  # as recorded: "torch.backends.cuda.matmul.allow_tf32", MATMUL_PRECISION, ...
+    strict: object  # the plain value `strict` sets and must read back: "ieee", False, "highest", "KEEP_DTYPE"
+    get: Callable[[], object]
+    make_strict: Callable[[], None] = field(repr=False)
+    # False where this torch has no such setting: then it is neither set nor needed (a switch
+    # that is not there cannot reduce anything) and recorded as absent.
+    present: Callable[[], bool] = field(default=always, repr=False)
+
+
+def torch_attribute(path: str, strict: object, optional: bool = False) -> Switch:
+    """A switch that is an attribute under torch: `torch.backends.cudnn.conv.fp32_precision`.
+    `optional` ones are absent from some supported torch versions."""
+
+    def owner() -> tuple[object, str]:
+        import torch
+
+        _torch, *parents, name = path.split(".")
+        found: object = torch
+        for part in parents:
+            found = getattr(found, part)
+        return found, name
+
+    def get() -> object:
+        found, name = owner()
+        return getattr(found, name)
+
+    def make_strict() -> None:
+        found, name = owner()
+        setattr(found, name, strict)
+
+    def present() -> bool:
+        try:
+            get()
+        except AttributeError:  # torch's backend flags raise AttributeError("Unknown attribute ...")
+            return False
+        return True
+
+    return Switch(path, strict, get, make_strict, present if optional else always)
+
+
+def matmul_precision_switch() -> Switch:
+    """torch < 2.9: the level every float32 matmul runs at (CUDA's TF32 and the CPU's bf16 matmuls)."""
+    import torch
+
+    return Switch(
+        MATMUL_PRECISION, "highest", torch.get_float32_matmul_precision, lambda: torch.set_float32_matmul_precision("highest")
+    )
+
+
+def absent(switch_name: str) -> str:
+    return f"absent: torch {installed('torch')} has no {switch_name}"
+
+
+def installed(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+def make_strict(switches: Iterable[Switch]) -> dict[str, object]:
+    """Set every present switch to its strict value, then read each back; returns what was set.
+    A switch that cannot be set, or reads back otherwise, is a UsageError naming it."""
+    done: dict[str, Switch] = {}
+    for switch in switches:
+        if not _present(switch):
+            continue
+        try:
+            switch.make_strict()
+        except Exception as exc:
+            raise UsageError(
+                f"--precision strict: cannot set {switch.name} to {switch.strict!r} ({type(exc).__name__}: {first_line(exc)})"
+            ) from None
+        done[switch.name] = switch
+    for name, switch in done.items():
+        got = read_setting(switch.get)
+        if got != switch.strict:
+            raise UsageError(f"--precision strict: {name} reads {got!r} after it was set to {switch.strict!r}")
+    return {name: switch.strict for name, switch in done.items()}
+
+
+def read_switches(switches: Iterable[Switch]) -> dict[str, object]:
+    """Each switch as it reads now; `unreadable: <why>` or `absent: ...`, never blank."""
+    return {s.name: read_setting(s.get) if _present(s) else absent(s.name) for s in switches}
+
+
+def _present(switch: Switch) -> bool:
+    try:
+        return switch.present()
+    except Exception:
+        return True  # let the read say why
+
+
+def torch_reduced_matmul(settings: dict[str, object]) -> str | None:
+    """The reduced format torch's own switches let float32 matmuls run in ("tf32", "bf16"), or
+    None for full float32. An unreadable matmul switch is a UsageError: such a card's float32
+    cannot be told from a reduced one."""
+    for name, value in settings.items():
+        if name.endswith(".matmul.fp32_precision") or name in (MATMUL_PRECISION, "torch.backends.cuda.matmul.allow_tf32"):
+            refuse_unreadable(name, value)
+    for name, value in settings.items():
+        if name.endswith(".matmul.fp32_precision") and value not in (None, "none", "ieee"):
             return str(value)
-    if settings.get("torch.backends.cuda.matmul.allow_tf32"):
+    if settings.get("torch.backends.cuda.matmul.allow_tf32") is True:
         return "tf32"
-    cube = settings.get("torch_npu.npu.matmul.cube_math_type")
-    if cube == "USE_FP16":
-        return "fp16"
-    # ALLOW_FP32_DOWN_PRECISION is HF32 on the Ascend 910B family.
-    if settings.get("torch_npu.npu.matmul.allow_hf32") or cube in ("ALLOW_FP32_DOWN_PRECISION", "USE_HF32"):
-        return "hf32"
-    return None
+    return MATMUL_PRECISION_REDUCED.get(str(settings.get(MATMUL_PRECISION)))
 
 
-def fp32_switches(kind: Kind) -> tuple[str, ...]:
-    return (FP32_PRECISION if FP32_PRECISION_API else LEGACY_TF32)[kind]
-
-
-def _owner(path: str) -> tuple[object, str]:
-    """`torch.backends.cudnn.conv.fp32_precision` -> (torch.backends.cudnn.conv, "fp32_precision")."""
-    _torch, *parents, name = path.split(".")
-    owner: object = torch
-    for part in parents:
-        owner = getattr(owner, part)
-    return owner, name
-
-
-def _get(path: str) -> object:
-    owner, name = _owner(path)
-    return getattr(owner, name)
-
-
-def _set(path: str, value: object) -> None:
-    owner, name = _owner(path)
-    if hasattr(owner, name):
-        setattr(owner, name, value)
+def refuse_unreadable(name: str, value: object) -> None:
+    if is_unreadable(value):
+        raise UsageError(
+            f"a card's float32 matmul mode is unknown ({name} = {plain(value)}); --precision strict sets and checks it"
+        )

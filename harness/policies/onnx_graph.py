@@ -294,6 +294,8 @@ def _follow_the_cast(module: nn.Module) -> None:
 class _FloatCast(nn.Module):
     """An ONNX Cast to a float type: to whatever float dtype this module was last cast to."""
 
+    dtype_of: torch.Tensor
+
     def __init__(self) -> None:
         super().__init__()
         # The target dtype, held by a buffer so that cast_policy's .to(dtype) and .double() move it.
@@ -355,13 +357,18 @@ def _onnx2torch() -> types.ModuleType:
     loads (and only then); graphs using those two operators are refused before conversion
     (`_check_operators`). Where torchvision loads, it is used untouched.
     """
-    if _torchvision_loads():
-        import onnx2torch
+    try:
+        if _torchvision_loads():
+            import onnx2torch
 
-        return onnx2torch
-    with _torchvision_stand_in():
-        import onnx2torch
-
+            return onnx2torch
+        with _torchvision_stand_in():
+            import onnx2torch
+    except ModuleNotFoundError as error:
+        if error.name != "onnx2torch":
+            raise
+        # Not a dependency: its metadata would pull torchvision and replace torch (pyproject.toml).
+        raise GraphError("onnx2torch is not installed; pip install --no-deps 'onnx2torch>=1.5,<2'") from None
     return onnx2torch
 
 

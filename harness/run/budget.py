@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.devices import accelerator
 from harness.envs.registry import entry_point, max_episode_steps
 from harness.errors import UsageError
 from harness.policies import PolicyNet
 from harness.run.options import BenchConfig, CommonOptions, SweepConfig
-from harness.run.place import DEFAULT_SIMULATED_CARDS, cluster_address
+from harness.run.place import cluster_address
 from harness.run.plan import EDGE_BATCH, uniform_rows
 from harness.workloads import noise_shape
 
@@ -68,7 +69,7 @@ def check_cards(cards: int | None, kind: str, address: str | None) -> None:
     """Simulated cards on a private local Ray are processes of this machine: at most
     SIMULATED_CARDS_PER_CORE per core. A joined cluster says for itself what it can hold."""
     cores = os.cpu_count() or 1
-    if kind == "cpu" and address is None and cards is not None and cards > SIMULATED_CARDS_PER_CORE * cores:
+    if accelerator(kind).simulated and address is None and cards is not None and cards > SIMULATED_CARDS_PER_CORE * cores:
         raise UsageError(
             f"--cards {cards}: {cards} simulated cards on this machine's {cores} cores is more than "
             f"{SIMULATED_CARDS_PER_CORE} per core; use at most {SIMULATED_CARDS_PER_CORE * cores}, or --address a cluster"
@@ -80,7 +81,8 @@ def expected_cards(kind: str, config: CommonOptions) -> int:
     simulated ones a private local Ray declares, else one (a cluster says how many it has)."""
     if config.cards is not None:
         return config.cards
-    return DEFAULT_SIMULATED_CARDS if kind == "cpu" and cluster_address(config.address) is None else 1
+    declared = accelerator(kind).local_cards
+    return declared if declared is not None and cluster_address(config.address) is None else 1
 
 
 def check_memory(estimate: Estimate, max_memory_gib: float | None) -> None:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from harness.devices.registry import AUTO, auto_help, choices
 from harness.dtypes import CARD_DTYPES
 from harness.errors import UsageError
 from harness.files import read_text
@@ -43,8 +44,9 @@ Config = TypeVar("Config", bound="CommonOptions")
 
 
 Choices = tuple[str, ...] | Callable[[], tuple[str, ...]]
-"""The values an option takes: a tuple, or a function returning one where the names belong to a
-module too heavy for `harness --help` to import (the accelerators)."""
+"""The values an option takes: a tuple, or a function returning one where the names are read
+when asked (the accelerators a registry holds then) or belong to a module too heavy for
+`harness --help` to import."""
 
 
 @dataclass(frozen=True)
@@ -131,12 +133,6 @@ def redefault(base: type, name: str, default: Any) -> Any:
     )
 
 
-def _accelerators() -> tuple[str, ...]:
-    from harness.devices import ACCELERATORS
-
-    return tuple(ACCELERATORS)
-
-
 def _precisions() -> tuple[str, ...]:
     from harness.devices import PRECISIONS
 
@@ -161,16 +157,10 @@ class CommonOptions:
         metavar="NAME_OR_PATH",
         nonempty=True,
     )
-    accelerator: str = option(
-        "--accelerator",
-        "auto picks npu, then cuda, then simulated cpu cards",
-        "auto",
-        choices=_accelerators,
-        metavar="{auto,npu,cuda,cpu}",
-    )
+    accelerator: str = option("--accelerator", auto_help(), AUTO, choices=choices)
     cards: int | None = option(
         "--cards",
-        "number of cards (default: all the cluster has; 2 simulated on cpu)",
+        "number of cards (default: all the cluster has; 2 simulated cards on a private local Ray)",
         None,
         type=int,
         metavar="N",

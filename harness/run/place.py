@@ -20,13 +20,12 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from actors.bench_actor import BenchActor
 from actors.policy_actor import PolicyActor
 from actors.reference_actor import ReferenceActor
-from harness.devices import RAY_RESOURCE, Kind
+from harness.devices import Kind, accelerator
 from harness.errors import UsageError, first_line
 from harness.inference.faults import Fault, env_vars
 from harness.policies import PolicyNet, PolicySpec
 
 PLACEMENT_TIMEOUT_S = 30.0
-DEFAULT_SIMULATED_CARDS = 2
 # Restarted card processes get their unit retried; a card that dies more often is recorded dead.
 CARD_MAX_RESTARTS = 2
 # Every worker must import torch with device autoload off (see harness/__init__.py), even
@@ -60,13 +59,11 @@ def cluster_address(address: str | None) -> str | None:
 
 def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     """Join `address` (or RAY_ADDRESS); else start a private local Ray, declaring `cards`
-    simulated cards when `kind` is cpu. Returns the address used."""
+    cards where `kind` has none of its own (simulated cards). Returns the address used."""
     address = cluster_address(address)
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
-    if kind == "cpu":
-        # Ray asks AscendCL for the card model of a node that declares NPUs; simulated cards
-        # have none, and the traceback it logs for that says nothing about the sweep.
-        logging.getLogger("ray._private.accelerators.npu").setLevel(logging.CRITICAL)
+    for logger in accelerator(kind).quiet_loggers:
+        logging.getLogger(logger).setLevel(logging.CRITICAL)
     if address:
         probe_address(address)
         try:
@@ -76,7 +73,7 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
         return address
     # "local" always starts a new cluster: a ray_current_cluster file left by a killed head
     # would otherwise make ray.init() join a cluster that is gone.
-    resources = {"NPU": float(cards or DEFAULT_SIMULATED_CARDS)} if kind == "cpu" else None
+    resources = accelerator(kind).local_ray_resources(cards)
     ray.init(address="local", resources=resources, include_dashboard=False, **quiet)
     return "local"
 
@@ -99,7 +96,7 @@ def probe_address(address: str, timeout_s: float = 5.0) -> None:
 
 def card_count(kind: Kind, cards: int | None) -> int:
     """`cards` if the cluster has that many, else all it has; too few is a UsageError."""
-    resource = RAY_RESOURCE[kind]
+    resource = accelerator(kind).ray_resource
     have = int(ray.cluster_resources().get(resource, 0))
     wanted = cards or have
     if wanted == 0 or have < wanted:
@@ -116,7 +113,7 @@ def describe_cluster() -> str:
 def reserve(kind: Kind, n_cards: int, strategy: str, cpu_bundle: bool) -> PlacementGroup:
     """A placement group with one bundle per card (and one CPU bundle for the reference), or a
     UsageError within PLACEMENT_TIMEOUT_S that lists what the cluster has."""
-    resource = RAY_RESOURCE[kind]
+    resource = accelerator(kind).ray_resource
     bundles = [{resource: 1.0} for _ in range(n_cards)] + ([{"CPU": 1.0}] if cpu_bundle else [])
     group = placement_group(bundles, strategy=strategy)
     if not ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)[0]:
@@ -131,10 +128,9 @@ def card_options(
 ) -> dict[str, object]:
     """Ray options of the actor for card `position`: the card's resource and no CPU of its own
     (else the reference never schedules on small machines), pinned to its bundle."""
-    card = {"num_gpus": 1} if kind == "cuda" else {"resources": {RAY_RESOURCE[kind]: 1}}
     return {
         "num_cpus": 0,
-        **card,
+        **accelerator(kind).actor_options(),
         "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=position),
         "max_restarts": restarts,
         "max_task_retries": restarts,
@@ -170,7 +166,7 @@ def place_sweep(
         )
         .remote(policies, threads)
     )
-    return Placement(group, cards, reference, RAY_RESOURCE[kind])
+    return Placement(group, cards, reference, accelerator(kind).ray_resource)
 
 
 def place_bench(
