@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.devices.registry import AUTO, auto_help, choices
+from harness.devices.precision import PRECISIONS
 from harness.dtypes import CARD_DTYPES
 from harness.errors import UsageError
 from harness.files import read_text
@@ -133,12 +134,6 @@ def redefault(base: type, name: str, default: Any) -> Any:
     )
 
 
-def _precisions() -> tuple[str, ...]:
-    from harness.devices import PRECISIONS
-
-    return tuple(PRECISIONS)
-
-
 def _env_impls() -> tuple[str, ...]:
     from harness.envs.cartpole import IMPLS
 
@@ -197,8 +192,7 @@ class CommonOptions:
         "--precision",
         "strict: TF32/HF32 and reduced-precision reductions off on every card; device-default: as the card comes",
         "strict",
-        choices=_precisions,
-        metavar="{strict,device-default}",
+        choices=PRECISIONS,
     )
     env: str | None = option(
         "--env",
