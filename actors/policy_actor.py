@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import ray
@@ -11,8 +12,10 @@ import ray
 from harness.devices import RAY_RESOURCE, Kind, open_card
 from harness.inference.faults import Fault, inject, maybe_crash
 from harness.inference.runner import Runner
-from harness.outputs import EpisodeOutput, Outputs
+from harness.outputs import EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec
+
+T = TypeVar("T")
 
 
 def card_id(kind: Kind, position: int) -> int:
@@ -42,15 +45,15 @@ class PolicyActor:
     def describe(self) -> dict[str, object]:
         return describe_runner(self.runner) | {"position": self.position, "faults": [str(f) for f in self.faults]}
 
-    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
         maybe_crash(self.faults, self.crash_marker)
-        return self.runner.run_batch(key, dtype, obs, noise)
+        return produced(self.runner, self.runner.run_batch(key, dtype, obs, noise))
 
     def run_episodes(
         self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str
-    ) -> list[EpisodeOutput]:
+    ) -> Produced[list[EpisodeOutput]]:
         maybe_crash(self.faults, self.crash_marker)
-        return self.runner.run_episodes(key, dtype, env_id, seeds, stochastic, batching)
+        return produced(self.runner, self.runner.run_episodes(key, dtype, env_id, seeds, stochastic, batching))
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         return self.runner.capture(key, dtype, obs)
@@ -58,5 +61,13 @@ class PolicyActor:
 
 def describe_runner(runner: Runner) -> dict[str, object]:
     """What an actor reports about itself: its device, threads, the bytes it loaded, its node."""
-    node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-    return runner.device.as_dict() | {"threads": runner.threads, "policies": runner.loaded(), "node_id": node_id}
+    return runner.device.as_dict() | {"threads": runner.threads, "policies": runner.loaded(), "node_id": node_id()}
+
+
+def produced(runner: Runner, value: T) -> Produced[T]:
+    """`value` with the device and node that computed it."""
+    return Produced(runner.device.label, node_id(), value)
+
+
+def node_id() -> str:
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""

@@ -1,14 +1,53 @@
-"""What the driver decides when a cluster fails it, without a cluster: the one-line reasons a
-cluster refuses to be joined."""
+"""What the driver decides when cards fail, without a cluster: how long an actor may take over a
+unit, what an incomplete run prints, and the one-line reasons a cluster refuses to be joined."""
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from harness.run.place import join_refusal, token_refusal
+from harness.report.summary import print_summary
+from harness.run.gather import HANG_MULTIPLE, Share, Watch, shares_of
+from harness.run.place import Placement, join_refusal, token_refusal
+from harness.store.schema import SCHEMAS
+
+
+def _watch(cards: int, hang_timeout_s: float) -> Watch:
+    placement = Placement(group=None, cards=[object() for _ in range(cards)], reference=object(), resource="NPU")
+    described = [{"node_id": f"node{i}", "label": f"sim-cpu{i}"} for i in range(cards)] + [{"node_id": "n", "label": "cpu"}]
+    return Watch(placement, described, hang_timeout_s)
+
+
+def test_a_units_deadline_is_a_multiple_of_what_the_others_took_over_it_never_less_than_the_floor() -> None:
+    watch = _watch(cards=2, hang_timeout_s=3.0)
+    share = Share("cartpole float32 normal-b64-s0", "u1", [])
+    assert watch.deadline_s(1, share) == 3.0, "nothing measured yet: the floor"
+    watch.took["u1"] = {0: 0.2, 2: 0.9}
+    assert watch.deadline_s(1, share) == pytest.approx(HANG_MULTIPLE * 0.9), "the slowest other actor sets it"
+    assert watch.deadline_s(2, share) == pytest.approx(max(3.0, HANG_MULTIPLE * 0.2)), "an actor's own time never counts"
+    watch.longest = 1.5
+    later = Share("cartpole float32 episodes-deterministic-4x-s0-lockstep", "u2", [])
+    assert watch.deadline_s(0, later) == pytest.approx(HANG_MULTIPLE * 1.5), "none finished it: the longest share so far"
+
+
+def test_the_reference_comes_after_the_cards_and_each_card_is_asked_its_run_and_its_whole_batch() -> None:
+    from harness.run.dispatch import Role, Submitted
+
+    job = Submitted(unit=None, cards=["a0", "a1"], references={Role.GOLDEN: "g", Role.SAME: "s"}, inside=["w0", "w1"])
+    assert shares_of(job, reference=2) == {0: ["a0", "w0"], 1: ["a1", "w1"], 2: ["g", "s"]}
+    assert _watch(2, 1.0).reference == 2
+
+
+def test_an_incomplete_run_says_what_it_kept_and_what_it_lost() -> None:
+    out = io.StringIO()
+    lost = "LOST card1 (sim-cpu1): hung again after its restart (no result within 3 s); it was running cartpole"
+    print_summary(SCHEMAS["checks"].empty_table(), "r1", "incomplete", out, notes=[lost], units_done=(4, 9))
+    *_, note, verdict = out.getvalue().splitlines()
+    assert note == f"  {lost}"
+    assert verdict == "run r1: INCOMPLETE (4 of 9 units done and kept; 0 checks, 0 gating, 0 failed)"
 
 
 @pytest.mark.parametrize(

@@ -287,6 +287,15 @@ class SweepConfig(CommonOptions):
         "append",
         metavar="SPEC",
     )
+    hang_timeout: float = option(
+        "--hang-timeout",
+        "seconds an actor may take over a unit before it counts as hung, if also 10x what another actor took over "
+        "it; a hung actor is killed and restarted once, hung again ends the run as incomplete (exit 3)",
+        60.0,
+        type=float,
+        metavar="S",
+        above=0,
+    )
     placement: str = option("--placement", "placement group strategy", "PACK", choices=PLACEMENT_STRATEGIES)
     resume: str | None = option(
         "--resume", "run id of an interrupted sweep: run only its missing units", None, metavar="RUN_ID"

@@ -30,8 +30,12 @@ from harness.policies import PolicyNet, PolicySpec
 
 PLACEMENT_TIMEOUT_S = 30.0
 DEFAULT_SIMULATED_CARDS = 2
-# Restarted card processes get their unit retried; a card that dies more often is recorded dead.
-CARD_MAX_RESTARTS = 2
+# A sweep's actors (cards and the CPU reference) that die are restarted, where their node died on
+# another node, and their tasks retried there; a card that dies more often is recorded dead.
+ACTOR_MAX_RESTARTS = 2
+# Retry an actor's tasks for as long as the actor may restart: every failed attempt to reach it
+# counts as a retry, and a lost node is tried several times before Ray declares it dead.
+RETRY_WHILE_RESTARTABLE = -1
 # Every worker must import torch with device autoload off (see harness/__init__.py), even
 # before it has imported the harness package.
 BASE_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
@@ -84,6 +88,12 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     resources = {"NPU": float(cards or DEFAULT_SIMULATED_CARDS)} if kind == "cpu" else None
     ray.init(address="local", resources=resources, include_dashboard=False, **quiet)
     return "local"
+
+
+def dashboard_url() -> str:
+    """The joined cluster's dashboard (host:port), or "" where it runs none. Ray has no public call
+    for it once ray.init has returned."""
+    return str(ray._private.worker.get_dashboard_url() or "")
 
 
 def probe_address(address: str, timeout_s: float = 5.0) -> None:
@@ -208,7 +218,7 @@ def card_options(
         **card,
         "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=position),
         "max_restarts": restarts,
-        "max_task_retries": restarts,
+        "max_task_retries": RETRY_WHILE_RESTARTABLE if restarts else 0,
         "runtime_env": {"env_vars": BASE_ENV | env},
     }
 
@@ -223,12 +233,13 @@ def place_sweep(
     faults: list[Fault],
     crash_dir: Path,
 ) -> Placement:
-    """A PolicyActor per card, each with its own faults, and the CPU ReferenceActor."""
+    """A PolicyActor per card, each with its own faults, and the CPU ReferenceActor, in the bundle
+    after the cards'."""
     group = reserve(kind, n_cards, strategy, cpu_bundle=True)
     cards = []
     for position in range(n_cards):
         mine = [f for f in faults if f.applies_to(position)]
-        actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), CARD_MAX_RESTARTS))
+        actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), ACTOR_MAX_RESTARTS))
         cards.append(
             actor.remote(kind, position, policies, threads, precision, mine, str(crash_dir / f"card{position}.crashed"))
         )
@@ -237,6 +248,8 @@ def place_sweep(
         .options(
             num_cpus=1,
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
+            max_restarts=ACTOR_MAX_RESTARTS,
+            max_task_retries=RETRY_WHILE_RESTARTABLE,
             runtime_env={"env_vars": dict(BASE_ENV)},
         )
         .remote(policies, threads)
