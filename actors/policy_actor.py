@@ -10,7 +10,7 @@ import numpy as np
 import ray
 
 from harness.devices import RAY_RESOURCE, Kind, open_card
-from harness.inference.faults import Fault, inject, maybe_crash
+from harness.inference.faults import Fault, inject, strike
 from harness.inference.runner import Runner
 from harness.outputs import EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec
@@ -34,11 +34,11 @@ class PolicyActor:
         threads: int,
         precision: str,
         faults: list[Fault],
-        crash_marker: str,
+        fault_marker: str,
     ) -> None:
         self.position = position
         self.faults = faults
-        self.crash_marker = Path(crash_marker)
+        self.fault_marker = Path(fault_marker)
         card = open_card(kind, card_id(kind, position), precision)
         self.runner = Runner(card, policies, threads, prepare=partial(inject, faults=faults))
 
@@ -46,13 +46,13 @@ class PolicyActor:
         return describe_runner(self.runner) | {"position": self.position, "faults": [str(f) for f in self.faults]}
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
-        maybe_crash(self.faults, self.crash_marker)
+        strike(self.faults, self.fault_marker)
         return produced(self.runner, self.runner.run_batch(key, dtype, obs, noise))
 
     def run_episodes(
         self, key: str, dtype: str, env_id: str, seeds: list[int], stochastic: bool, batching: str
     ) -> Produced[list[EpisodeOutput]]:
-        maybe_crash(self.faults, self.crash_marker)
+        strike(self.faults, self.fault_marker)
         return produced(self.runner, self.runner.run_episodes(key, dtype, env_id, seeds, stochastic, batching))
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:

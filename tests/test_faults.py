@@ -1,14 +1,17 @@
 """What the driver decides when cards fail, without a cluster: how long an actor may take over a
-unit, what an incomplete run prints, and the one-line reasons a cluster refuses to be joined."""
+unit, what a hang fault does, what an incomplete run prints, and the one-line reasons a cluster
+refuses to be joined."""
 
 from __future__ import annotations
 
 import io
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from harness.inference.faults import Fault, parse_faults, strike
 from harness.report.summary import print_summary
 from harness.run.gather import HANG_MULTIPLE, Share, Watch, shares_of
 from harness.run.place import Placement, join_refusal, token_refusal
@@ -39,6 +42,23 @@ def test_the_reference_comes_after_the_cards_and_each_card_is_asked_its_run_and_
     job = Submitted(unit=None, cards=["a0", "a1"], references={Role.GOLDEN: "g", Role.SAME: "s"}, inside=["w0", "w1"])
     assert shares_of(job, reference=2) == {0: ["a0", "w0"], 1: ["a1", "w1"], 2: ["g", "s"]}
     assert _watch(2, 1.0).reference == 2
+
+
+def test_hang_faults_are_named_and_hang_once_strikes_once_across_restarts(tmp_path: Path) -> None:
+    assert parse_faults(["card1:hang", "card0:hang-once"]) == [Fault(1, "hang"), Fault(0, "hang-once")]
+    marker = tmp_path / "faults" / "card0"
+
+    def hangs(faults: list[Fault]) -> bool:
+        worker = threading.Thread(target=strike, args=(faults, marker), daemon=True)
+        worker.start()
+        worker.join(timeout=0.5)
+        return worker.is_alive()
+
+    assert hangs([Fault(0, "hang-once")]), "the first unit hangs"
+    assert (tmp_path / "faults" / "card0.hang-once").exists()
+    assert not hangs([Fault(0, "hang-once")]), "the restarted process finds the marker and runs"
+    assert hangs([Fault(0, "hang")]), "hang strikes every time"
+    assert not hangs([Fault(0, "perturb-weight")]), "a model fault never stops the process"
 
 
 def test_an_incomplete_run_says_what_it_kept_and_what_it_lost() -> None:

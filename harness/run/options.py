@@ -282,7 +282,7 @@ class SweepConfig(CommonOptions):
     inject_fault: list[str] = option(
         "--inject-fault",
         "fault for negative tests, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
-        "fp16-accumulate, mkl-avx2, crash-once, crash-always; repeatable",
+        "fp16-accumulate, mkl-avx2, crash-once, crash-always, hang-once, hang; repeatable",
         [],
         "append",
         metavar="SPEC",

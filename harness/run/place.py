@@ -231,18 +231,16 @@ def place_sweep(
     threads: int,
     precision: str,
     faults: list[Fault],
-    crash_dir: Path,
+    marker_dir: Path,
 ) -> Placement:
-    """A PolicyActor per card, each with its own faults, and the CPU ReferenceActor, in the bundle
-    after the cards'."""
+    """A PolicyActor per card, each with its own faults (their marker files in `marker_dir`), and
+    the CPU ReferenceActor, in the bundle after the cards'."""
     group = reserve(kind, n_cards, strategy, cpu_bundle=True)
     cards = []
     for position in range(n_cards):
         mine = [f for f in faults if f.applies_to(position)]
         actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), ACTOR_MAX_RESTARTS))
-        cards.append(
-            actor.remote(kind, position, policies, threads, precision, mine, str(crash_dir / f"card{position}.crashed"))
-        )
+        cards.append(actor.remote(kind, position, policies, threads, precision, mine, str(marker_dir / f"card{position}")))
     reference = (
         ray.remote(ReferenceActor)
         .options(
