@@ -4,16 +4,19 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import ray
 
 from harness.devices import Kind, open_card, ray_card_id
 from harness.envs.spec import EnvSpec
-from harness.inference.faults import Fault, inject, maybe_crash
+from harness.inference.faults import Fault, inject, strike
 from harness.inference.runner import Runner
-from harness.outputs import EpisodeOutput, Outputs
+from harness.outputs import EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec
+
+T = TypeVar("T")
 
 
 class PolicyActor:
@@ -25,26 +28,26 @@ class PolicyActor:
         threads: int,
         precision: str,
         faults: list[Fault],
-        crash_marker: str,
+        fault_marker: str,
     ) -> None:
         self.position = position
         self.faults = faults
-        self.crash_marker = Path(crash_marker)
+        self.fault_marker = Path(fault_marker)
         card = open_card(kind, ray_card_id(kind, position), precision)
         self.runner = Runner(card, policies, threads, prepare=partial(inject, faults=faults))
 
     def describe(self) -> dict[str, object]:
         return describe_runner(self.runner) | {"position": self.position, "faults": [str(f) for f in self.faults]}
 
-    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
-        maybe_crash(self.faults, self.crash_marker)
-        return self.runner.run_batch(key, dtype, obs, noise)
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
+        strike(self.faults, self.fault_marker)
+        return produced(self.runner, self.runner.run_batch(key, dtype, obs, noise))
 
     def run_episodes(
         self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str
-    ) -> list[EpisodeOutput]:
-        maybe_crash(self.faults, self.crash_marker)
-        return self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching)
+    ) -> Produced[list[EpisodeOutput]]:
+        strike(self.faults, self.fault_marker)
+        return produced(self.runner, self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching))
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         return self.runner.capture(key, dtype, obs)
@@ -52,5 +55,13 @@ class PolicyActor:
 
 def describe_runner(runner: Runner) -> dict[str, object]:
     """What an actor reports about itself: its device, threads, the bytes it loaded, its node."""
-    node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
-    return runner.device.as_dict() | {"threads": runner.threads, "policies": runner.loaded(), "node_id": node_id}
+    return runner.device.as_dict() | {"threads": runner.threads, "policies": runner.loaded(), "node_id": node_id()}
+
+
+def produced(runner: Runner, value: T) -> Produced[T]:
+    """`value` with the device and node that computed it."""
+    return Produced(runner.device.label, node_id(), value)
+
+
+def node_id() -> str:
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""

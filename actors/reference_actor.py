@@ -8,11 +8,11 @@ from collections import defaultdict
 
 import numpy as np
 
-from actors.policy_actor import describe_runner
+from actors.policy_actor import describe_runner, produced
 from harness.devices import cpu_reference
 from harness.envs.spec import EnvSpec
 from harness.inference.runner import Runner
-from harness.outputs import EpisodeOutput, Outputs
+from harness.outputs import EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec
 from harness.policies.onnx_any import OnnxReference, onnx_reference
 
@@ -27,18 +27,18 @@ class ReferenceActor:
     def describe(self) -> dict[str, object]:
         return describe_runner(self.runner)
 
-    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
         """`dtype` is a card's (float32, float16, bfloat16, float32-tf32, ...) or the golden's float64."""
         start = time.perf_counter()
         try:
-            return self.runner.run_batch(key, dtype, obs, noise)
+            return produced(self.runner, self.runner.run_batch(key, dtype, obs, noise))
         finally:
             self._seconds[dtype] += time.perf_counter() - start
 
     def run_episodes(
         self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str
-    ) -> list[EpisodeOutput]:
-        return self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching)
+    ) -> Produced[list[EpisodeOutput]]:
+        return produced(self.runner, self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching))
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         return self.runner.capture(key, dtype, obs)
@@ -46,8 +46,8 @@ class ReferenceActor:
     def compute_seconds(self) -> dict[str, float]:
         return dict(self._seconds)
 
-    def run_onnx(self, key: str, obs: tuple[np.ndarray, ...]) -> Outputs:
+    def run_onnx(self, key: str, obs: tuple[np.ndarray, ...]) -> Produced[Outputs]:
         """onnxruntime on the original file: an implementation independent of the torch rebuild."""
         if key not in self._onnx:
             self._onnx[key] = onnx_reference(self.runner.float32[key].info, self.runner.threads)
-        return self._onnx[key].run(obs)
+        return produced(self.runner, self._onnx[key].run(obs))

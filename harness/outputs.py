@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 Outputs = dict[str, np.ndarray]
 """One batch's outputs by name: the head (`logits` or `mu`), `action`, `stochastic_action`."""
@@ -34,3 +37,13 @@ class EpisodeOutput:
         digest = hashlib.sha256(f"{self.actions.dtype.str}{self.actions.shape}".encode())
         digest.update(np.ascontiguousarray(self.actions).tobytes())
         return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Produced(Generic[T]):
+    """An actor's result and where it was computed. Ray may restart an actor on another node (its
+    own died); the driver tells the two cards apart by this, never by which actor handle it asked."""
+
+    device: str  # the device's label on its node: `npu3`, `sim-cpu0`, `cpu`
+    node_id: str  # Ray's node id
+    value: T

@@ -1,7 +1,9 @@
 """Entry point for `ray job submit -- python jobs/sweep.py [sweep options]`.
 
-It parses the same options as `harness sweep` and calls the same driver. A job runs in a copy
-of the working directory, so `--results` must be an absolute path that outlives that copy.
+It parses the same options as `harness sweep` and calls the same driver, with the same exit codes:
+a run that ends incomplete (exit 3) fails the job, and its log says what was lost and the
+`ray job submit` that finishes it. A job runs in a copy of the working directory, so `--results`
+must be an absolute path that outlives that copy.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not Path(getattr(args, "results", "")).is_absolute():
             raise UsageError("--results must be an absolute path: a Ray job runs in a temporary copy of the working dir")
-        return sweep_command.run(args)
+        again = "ray job submit --address http://DASHBOARD --working-dir . -- python jobs/sweep.py"
+        return sweep_command.run(args, "jobs/sweep.py", again)
     except UsageError as exc:
         print(f"jobs/sweep.py: error: {exc}", file=sys.stderr)
         return 2

@@ -15,9 +15,11 @@ import harness  # noqa: F401  (the device-backend guard, before torch)
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,14 +86,20 @@ class Head:
 def ray_head() -> Iterator[Head]:
     """One Ray cluster for every test that does not test starting one: 4 simulated cards, 2 CPUs,
     and the dashboard, so that `ray job submit` reaches it too. Stopped at the end of the session,
-    and only it: `ray stop` would end every Ray on the machine, a user's own or a parallel run's."""
+    and only it: `ray stop` would end every Ray on the machine, a user's own or a parallel run's.
+
+    Its temporary folder is its own: a job's driver joins the cluster named in the temporary
+    folder's `ray_current_cluster` file, which in the shared /tmp/ray names whichever cluster on
+    the machine started last, another test run's as likely as this one's."""
     bin_dir = Path(sys.executable).parent
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     env.pop("RAY_ADDRESS", None)
     port, dashboard = free_port(), free_port()
+    temp_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     node = start_ray_node(
         [
             "--head",
+            f"--temp-dir={temp_dir}",
             "--node-ip-address=127.0.0.1",
             f"--port={port}",
             "--num-cpus=2",
@@ -108,6 +116,7 @@ def ray_head() -> Iterator[Head]:
         yield Head(f"127.0.0.1:{port}", f"http://127.0.0.1:{dashboard}", env)
     finally:
         node.stop()
+        shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 # The default policies and the SB3 expert (its environment named by its args.yml), on a seed whose

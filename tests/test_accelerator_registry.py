@@ -123,9 +123,9 @@ def test_the_card_actor_opens_and_describes_it_and_the_run_labels_its_float32(to
     assert described["settings"]["set"] == {"toy.allow_low_precision": False}  # type: ignore[index]
     assert dtype_labels(["float32"], [described]) == {"float32": "float32"}
     batch = make_batch(load_policy("cartpole").info, "normal", 8, seed=0)
-    toy_out = strict.run_batch("cartpole", "float32", batch.obs, batch.noise)
+    toy_out = strict.run_batch("cartpole", "float32", batch.obs, batch.noise).value
     reference = PolicyActor(devices.SIMULATED, 0, [PolicySpec("cartpole")], 1, "strict", [], f"{tmp_path}/crash")
-    cpu_out = reference.run_batch("cartpole", "float32", batch.obs, batch.noise)
+    cpu_out = reference.run_batch("cartpole", "float32", batch.obs, batch.noise).value
     assert all(np.array_equal(toy_out[name], cpu_out[name]) for name in cpu_out)  # CPU-backed: the same bits
     devices.synchronize(strict.runner.device)
     assert ToyLibrary.synchronized >= 1

@@ -1,5 +1,6 @@
 """The sweep on Ray clusters it must start, join or refuse: two nodes on this machine, a cluster
-too small or unplaceable, nothing at the address, and a dead head's leftover address file."""
+too small or unplaceable, nothing at the address, a cluster that wants a token this client lacks
+or runs other versions, and a dead head's leftover address file."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ import harness.run.place
 from harness.errors import UsageError
 from harness.run.options import SweepConfig
 from harness.run.sweep import run_sweep
-from tests.helpers import REPO, cli, read_table
+from tests.conftest import Head, free_port
+from tests.helpers import REPO, assert_usage_error, cli, read_table, start_ray_node
 
 pytestmark = pytest.mark.slow
 
@@ -81,8 +84,93 @@ def test_no_cluster_at_address_is_exit_2_within_30_s(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert time.monotonic() - start < 30
     lines = proc.stderr.strip().splitlines()
-    assert lines[-1].startswith("harness: error: cannot join the Ray cluster at 127.0.0.1:1")
+    assert lines[-1].startswith("harness: error: cannot join the Ray cluster at 127.0.0.1:1: nothing answers there")
+    assert lines[-1].endswith("start it (ray start --head) or give the address it printed (--address or RAY_ADDRESS)")
     assert "Traceback" not in proc.stderr
+
+
+TOKEN = "5f2c1a" * 8
+
+
+@pytest.fixture(scope="module")
+def token_head(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A `ray start --head` with token authentication, its token in the environment only (the
+    home of the user who runs the tests keeps its own ~/.ray/auth_token)."""
+    home = tmp_path_factory.mktemp("head-home")
+    env = {**_without_auth(os.environ), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN, "HOME": str(home)}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    port = free_port()
+    node = start_ray_node(
+        ["--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=1", "--include-dashboard=false"], env
+    )
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        node.stop()
+
+
+def _without_auth(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k not in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ADDRESS")}
+
+
+@pytest.mark.parametrize(
+    ("auth", "cause"),
+    [
+        ({}, "requires a token and token authentication is off in this client (RAY_AUTH_MODE=unset)"),
+        (
+            {"RAY_AUTH_MODE": "disabled"},
+            "requires a token and token authentication is off in this client (RAY_AUTH_MODE=disabled)",
+        ),
+        ({"RAY_AUTH_MODE": "token"}, "requires a token and this client has none"),
+        ({"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": "0" * 48}, "refused this client's token (from RAY_AUTH_TOKEN)"),
+    ],
+)
+def test_joining_a_token_cluster_without_its_token_says_why_within_10_s(
+    token_head: str, auth: dict[str, str], cause: str, tmp_path: Path
+) -> None:
+    env = {**_without_auth(os.environ), **auth, "HOME": str(tmp_path)}  # no ~/.ray/auth_token here
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "sweep", "--policy", "cartpole", "--accelerator", "cpu", "--address", token_head],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert time.monotonic() - start < 10
+    assert_usage_error(proc, f"the Ray cluster at {token_head} {cause}", "`ray get-auth-token` on its head prints it")
+
+
+def test_joining_a_token_cluster_with_its_token_works(token_head: str, tmp_path: Path) -> None:
+    env = {**_without_auth(os.environ), "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": TOKEN, "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "info", "--json", "--address", token_head],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["ray"]["nodes"] == 1
+
+
+def test_joining_a_cluster_of_other_versions_names_both_and_the_fix(ray_head: Head, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray compares this process's versions with the ones the cluster stored; this process
+    pretends to be another Ray."""
+    import ray
+
+    monkeypatch.setattr(ray._private.utils, "compute_version_info", lambda: ("2.9.3", "3.11.0"))
+    try:
+        with pytest.raises(UsageError) as refused:
+            harness.run.place.connect(ray_head.address, "cpu", None)
+    finally:
+        ray.shutdown()
+    assert str(refused.value).startswith(f"the Ray cluster at {ray_head.address} runs Ray {ray.__version__} on Python ")
+    assert ", this client Ray 2.9.3 on Python 3.11.0: join it from an environment with the cluster's versions" in str(
+        refused.value
+    )
 
 
 def test_a_refused_sweep_leaves_nothing_behind(two_nodes, tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """The `harness` command: one module per subcommand, registered here explicitly. Heavy imports
 (torch, Ray) happen inside each command's `run`, so `harness --help` is instant. Exit codes: 0
-every check passed, 1 a check failed, 2 bad usage (one line on stderr, no traceback)."""
+every check passed, 1 a check failed, 2 bad usage (one line on stderr, no traceback), 3 a sweep
+that ended incomplete (a card or node lost or hung; resumable)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,13 @@ class Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="harness", description="Prove an accelerator port of an RL policy right, and measure its speed.")
+    parser = Parser(
+        prog="harness",
+        description="Prove an accelerator port of an RL policy right, and measure its speed.",
+        epilog="exit codes: 0 every gating check passed; 1 a gating check failed; 2 bad usage, config or input "
+        "(one line on stderr, before Ray starts); 3 a sweep ended incomplete: the cluster lost or hung a card or "
+        "node and could not recover, the finished units are kept, and `harness sweep --resume RUN_ID` finishes it",
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         command.register(sub)

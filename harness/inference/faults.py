@@ -9,12 +9,19 @@ A spec is `card<N>:<kind>` (N the card's position in the sweep: card0, card1, ..
   mkl-avx2         the card's process runs with MKL_CBWR=AVX2 (another, honest, GEMM code path)
   crash-once       the card's process dies on its first unit; Ray restarts it and the unit is retried
   crash-always     the card's process dies on every unit: the sweep records it and fails
+  hang-once        the card stops answering on its first unit, alive: the driver finds it hung, kills
+                   its actor, Ray restarts it and the unit is retried
+  hang             the card stops answering on every unit: hung again after its restart, the run
+                   ends incomplete (exit 3) naming it
+A `-once` fault strikes once per run, across restarts: it leaves a marker file that outlives the
+process.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +31,17 @@ from harness.errors import UsageError
 from harness.policies.base import PolicyNet
 from harness.policies.matmul_precision import accumulate_float16_in_float16, reduce_float32_matmuls
 
-KINDS = ("perturb-weight", "corrupt-weight", "reduced-fp32", "fp16-accumulate", "mkl-avx2", "crash-once", "crash-always")
+KINDS = (
+    "perturb-weight",
+    "corrupt-weight",
+    "reduced-fp32",
+    "fp16-accumulate",
+    "mkl-avx2",
+    "crash-once",
+    "crash-always",
+    "hang-once",
+    "hang",
+)
 CORRUPTION = 1.01
 _SPEC = re.compile(r"^(?:card(\d+)|all):([a-z0-9-]+)$")
 _INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
@@ -88,12 +105,17 @@ def corrupt_first_layer(policy: torch.nn.Module) -> None:
         first.weight.mul_(CORRUPTION)
 
 
-def maybe_crash(faults: list[Fault], marker: Path) -> None:
-    """Kill this process the way a dying card would: no exception, no cleanup."""
-    kinds = {f.kind for f in faults}
-    if "crash-always" in kinds:
-        os._exit(17)
-    if "crash-once" in kinds and not marker.exists():
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.touch()
-        os._exit(17)
+def strike(faults: list[Fault], marker: Path) -> None:
+    """Fail the way a failing card does, as a unit starts: die (no exception, no cleanup), or stop
+    answering while alive. `marker` names this card's marker files (one per `-once` fault)."""
+    for kind in sorted({f.kind for f in faults}):
+        once = marker.with_name(f"{marker.name}.{kind}")
+        if kind.endswith("-once"):
+            if once.exists():
+                continue
+            once.parent.mkdir(parents=True, exist_ok=True)
+            once.touch()
+        if kind.startswith("crash-"):
+            os._exit(17)
+        if kind.startswith("hang"):
+            threading.Event().wait()

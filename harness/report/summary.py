@@ -130,10 +130,14 @@ def print_summary(
     out: TextIO,
     without_episodes: dict[str, str] | None = None,
     env_renames: dict[str, str] | None = None,
+    notes: list[str] | None = None,
+    units_done: tuple[int, int] | None = None,
 ) -> None:
     """The verdict table: PASS/FAIL count only gating rows; lower-case "pass" and "finding" mark
     checks that do not gate (the tolerance table off bounded outputs, batch invariance, the
-    published score); then each environment id gymnasium renamed, once per policy."""
+    published score); then each environment id gymnasium renamed, once per policy. `notes` are
+    said before the verdict (a card that was replaced, one that was lost); a run that ended early
+    says how many of its units it finished (`units_done`: done, all)."""
     groups = summarize(checks)
     header = f"{'policy':<24} {'dtype':<13} {'check':<17} {'verdict':<11} {'checks':>6} {'worst/limit':>12}"
     print(header, file=out)
@@ -156,7 +160,12 @@ def print_summary(
         print(f"  renamed environment for {policy}: {rename}", file=out)
     gating = checks.filter(checks.column("gating")) if checks.num_rows else checks
     n_failed = int(pc.sum(pc.invert(gating.column("passed"))).as_py() or 0) if gating.num_rows else 0
-    print(f"run {run_id}: {status.upper()} ({checks.num_rows} checks, {gating.num_rows} gating, {n_failed} failed)", file=out)
+    for note in notes or []:
+        print(f"  {note}", file=out)
+    counts = f"{checks.num_rows} checks, {gating.num_rows} gating, {n_failed} failed"
+    if units_done:
+        counts = f"{units_done[0]} of {units_done[1]} units done and kept; {counts}"
+    print(f"run {run_id}: {status.upper()} ({counts})", file=out)
 
 
 def batch_invariance_lines(checks: pa.Table) -> list[str]:

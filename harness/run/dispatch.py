@@ -9,7 +9,11 @@ Some results serve several units: the reference's golden and float32 run of a ba
 batch's unit in every dtype (and its loader unit), and a card's run of a large batch serves the
 batch-invariance units of its first rows. `SharedRefs` computes each once and lets it go when
 the last unit that reads it has been judged, so the object store holds what is still to judge,
-not the whole sweep.
+not the whole sweep. A unit sent again (its results came from two places: an actor that moved)
+shares nothing, so all of it is computed anew where the actors are now.
+
+What comes back from an actor is `Produced`: the value and where it was computed. Gathering
+(harness/run/gather.py) unwraps it; `judge` sees the values.
 """
 
 from __future__ import annotations
@@ -99,13 +103,15 @@ class Gathered:
     references: dict[Role, Any]
 
 
-def submit(placement: Placement, unit: Unit, shared: SharedRefs) -> Submitted:
-    """Send `unit` to every card and to the CPU reference."""
+def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submitted:
+    """Send `unit` to every card and to the CPU reference; with `shared` None, reuse nothing."""
     work, dtype, cards = unit.work, base_dtype(unit.dtype), placement.cards
     reference = placement.reference
     job = Submitted(unit, [], {})
 
     def once(key: Hashable, make: Callable[[], T]) -> T:
+        if shared is None:
+            return make()
         job.shared.append(key)
         return shared.take(key, make)
 

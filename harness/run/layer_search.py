@@ -1,7 +1,8 @@
 """Where a card parts from the others or from the golden: the first layer, found by capturing
 every layer's output on both sides for the same input (the judge says which layer; this asks
 the actors to capture). Run once per failing card, dtype and kind of check; later batches that
-fail the same way name that batch's answer instead of searching again."""
+fail the same way name that batch's answer instead of searching again. The captures queue behind
+the actors' other work and are waited for as any result is (harness/run/gather.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from harness.judge.kinds import CheckKind
 from harness.judge.localize import first_divergent_layer, first_layer_off_golden
 from harness.judge.verdicts import Rules
 from harness.policies import GOLDEN, PolicyNet
+from harness.run.gather import Watch
 from harness.run.place import Placement
 from harness.run.plan import BatchWork, Unit
 from harness.store.schema import CheckRow
@@ -23,7 +25,7 @@ SEARCHED = (CheckKind.CROSS_CARD, CheckKind.CPU_REFERENCE)
 
 def localize_failures(
     placement: Placement,
-    labels: list[str],
+    watch: Watch,
     policy: PolicyNet,
     unit: Unit,
     rows: list[CheckRow],
@@ -44,13 +46,16 @@ def localize_failures(
         if key in found:
             append_detail(rows, kind, label, found[key])
             continue
-        card = placement.cards[labels.index(label)].capture.remote(unit.policy, dtype, obs)
+        what = f"the layer search of {unit.policy} {unit.dtype} {unit.workload}"
+        position = watch.lane_of(label)
+        card = watch.follow(position, [placement.cards[position].capture.remote(unit.policy, dtype, obs)], what)
         if kind == CheckKind.CROSS_CARD:
-            others = [placement.cards[0].capture.remote(unit.policy, dtype, obs)]
+            others = watch.follow(0, [placement.cards[0].capture.remote(unit.policy, dtype, obs)], what)
         else:
-            others = [placement.reference.capture.remote(unit.policy, d, obs) for d in (unit.dtype, GOLDEN)]
+            asked = [placement.reference.capture.remote(unit.policy, d, obs) for d in (unit.dtype, GOLDEN)]
+            others = watch.follow(watch.reference, asked, what)
         try:
-            mine, *theirs = ray.get([card, *others])
+            mine, *theirs = watch.get([*card, *others])
         except ray.exceptions.RayError as exc:
             note = f"layer search failed: {first_line(exc)}"
         else:

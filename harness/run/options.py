@@ -273,10 +273,19 @@ class SweepConfig(CommonOptions):
     inject_fault: list[str] = option(
         "--inject-fault",
         "fault for negative tests, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
-        "fp16-accumulate, mkl-avx2, crash-once, crash-always; repeatable",
+        "fp16-accumulate, mkl-avx2, crash-once, crash-always, hang-once, hang; repeatable",
         [],
         "append",
         metavar="SPEC",
+    )
+    hang_timeout: float = option(
+        "--hang-timeout",
+        "seconds an actor may take over a unit before it counts as hung, if also 10x what another actor took over "
+        "it; a hung actor is killed and restarted once, hung again ends the run as incomplete (exit 3)",
+        60.0,
+        type=float,
+        metavar="S",
+        above=0,
     )
     placement: str = option("--placement", "placement group strategy", "PACK", choices=PLACEMENT_STRATEGIES)
     resume: str | None = option(

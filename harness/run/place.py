@@ -2,13 +2,16 @@
 
 Placement is one placement group: a card bundle per card and one CPU bundle for the reference.
 If the cluster cannot hold it the run fails within PLACEMENT_TIMEOUT_S with what the cluster
-has, instead of waiting forever for resources that will not come.
+has, instead of waiting forever for resources that will not come. Joining a cluster that refuses
+this client (nothing listens, a token it lacks, other Ray or Python versions) fails in seconds
+with the cause and the fix.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +29,12 @@ from harness.inference.faults import Fault, env_vars
 from harness.policies import PolicyNet, PolicySpec
 
 PLACEMENT_TIMEOUT_S = 30.0
-# Restarted card processes get their unit retried; a card that dies more often is recorded dead.
-CARD_MAX_RESTARTS = 2
+# A sweep's actors (cards and the CPU reference) that die are restarted, where their node died on
+# another node, and their tasks retried there; a card that dies more often is recorded dead.
+ACTOR_MAX_RESTARTS = 2
+# Retry an actor's tasks for as long as the actor may restart: every failed attempt to reach it
+# counts as a retry, and a lost node is tried several times before Ray declares it dead.
+RETRY_WHILE_RESTARTABLE = -1
 # Every worker must import torch with device autoload off (see harness/__init__.py), even
 # before it has imported the harness package.
 BASE_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
@@ -68,8 +75,10 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
         probe_address(address)
         try:
             ray.init(address=address, **quiet)
+        except ray.exceptions.AuthenticationError:
+            raise UsageError(token_refusal(address)) from None
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            raise UsageError(f"cannot join the Ray cluster at {address}: {first_line(exc)}") from None
+            raise UsageError(join_refusal(address, exc)) from None
         return address
     # "local" always starts a new cluster: a ray_current_cluster file left by a killed head
     # would otherwise make ray.init() join a cluster that is gone.
@@ -78,9 +87,16 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     return "local"
 
 
+def dashboard_url() -> str:
+    """The joined cluster's dashboard (host:port), or "" where it runs none. Ray has no public call
+    for it once ray.init has returned."""
+    return str(ray._private.worker.get_dashboard_url() or "")
+
+
 def probe_address(address: str, timeout_s: float = 5.0) -> None:
-    """Fail in seconds when nothing listens at a host:port address. Ray itself retries a dead
-    GCS for a minute or more before it gives up."""
+    """Fail in seconds when the cluster at a host:port address cannot be joined: nothing listens
+    there, or it wants a token this client lacks. Ray itself retries for 20 s and more before it
+    gives up, and then names neither."""
     host_port = address.removeprefix("ray://")
     if address == "auto" or ":" not in host_port:
         return
@@ -89,9 +105,74 @@ def probe_address(address: str, timeout_s: float = 5.0) -> None:
         raise UsageError(f"--address {address!r}: expected host:port, e.g. 127.0.0.1:6379")
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return
+            pass
     except OSError as exc:
-        raise UsageError(f"cannot join the Ray cluster at {address}: nothing answers there ({exc.strerror or exc})") from None
+        raise UsageError(
+            f"cannot join the Ray cluster at {address}: nothing answers there ({exc.strerror or exc}); start it "
+            "(ray start --head) or give the address it printed (--address or RAY_ADDRESS)"
+        ) from None
+    if not address.startswith("ray://"):  # a Ray Client server is no GCS to ask
+        probe_gcs(address, timeout_s)
+
+
+def probe_gcs(address: str, timeout_s: float) -> None:
+    """Ask the cluster's GCS one question, with this client's credentials as ray.init will send
+    them; a refusal is a UsageError naming the token's problem. Anything else is left to ray.init."""
+    import grpc
+    from ray._private.grpc_utils import init_grpc_channel
+    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
+
+    try:
+        with init_grpc_channel(address) as channel:
+            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
+            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
+    except ray.exceptions.AuthenticationError:  # token mode, and no token anywhere
+        raise UsageError(token_refusal(address)) from None
+    except grpc.RpcError as exc:
+        if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+            raise UsageError(token_refusal(address)) from None
+
+
+TOKEN_FIX = (
+    "the cluster's token (`ray get-auth-token` on its head prints it) as RAY_AUTH_TOKEN, in ~/.ray/auth_token, "
+    "or in a file named by RAY_AUTH_TOKEN_PATH"
+)
+
+
+def token_refusal(address: str) -> str:
+    """Why the cluster at `address` refused this client's token, and what to set instead."""
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode != "token":
+        return (
+            f"the Ray cluster at {address} requires a token and token authentication is off in this client "
+            f"(RAY_AUTH_MODE={mode or 'unset'}): export RAY_AUTH_MODE=token and {TOKEN_FIX}"
+        )
+    source = (
+        "RAY_AUTH_TOKEN"
+        if os.environ.get("RAY_AUTH_TOKEN")
+        else os.environ.get("RAY_AUTH_TOKEN_PATH") or str(Path.home() / ".ray" / "auth_token")
+    )
+    if source != "RAY_AUTH_TOKEN" and not Path(source).is_file():
+        return f"the Ray cluster at {address} requires a token and this client has none: give it {TOKEN_FIX}"
+    return f"the Ray cluster at {address} refused this client's token (from {source}), not the cluster's: give {TOKEN_FIX}"
+
+
+_VERSIONS = re.compile(r"Ray: (\S+)\s+Python: (\S+)")
+
+
+def join_refusal(address: str, exc: BaseException) -> str:
+    """ray.init's refusal as one line with its cause and fix: other Ray or Python versions than
+    the cluster's are named; anything else is Ray's own first line."""
+    versions = _VERSIONS.findall(str(exc))
+    if str(exc).startswith("Version mismatch") and len(versions) == 2:
+        (cluster_ray, cluster_python), (mine_ray, mine_python) = versions
+        return (
+            f"the Ray cluster at {address} runs Ray {cluster_ray} on Python {cluster_python}, this client Ray {mine_ray} "
+            f"on Python {mine_python}: join it from an environment with the cluster's versions "
+            f"(pip install 'ray[default]=={cluster_ray}' under Python {cluster_python}), or submit the sweep with "
+            "`ray job submit` so it runs on the cluster's own"
+        )
+    return f"cannot join the Ray cluster at {address}: {first_line(exc)}"
 
 
 def card_count(kind: Kind, cards: int | None) -> int:
@@ -133,7 +214,7 @@ def card_options(
         **accelerator(kind).actor_options(),
         "scheduling_strategy": PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=position),
         "max_restarts": restarts,
-        "max_task_retries": restarts,
+        "max_task_retries": RETRY_WHILE_RESTARTABLE if restarts else 0,
         "runtime_env": {"env_vars": BASE_ENV | env},
     }
 
@@ -146,22 +227,23 @@ def place_sweep(
     threads: int,
     precision: str,
     faults: list[Fault],
-    crash_dir: Path,
+    marker_dir: Path,
 ) -> Placement:
-    """A PolicyActor per card, each with its own faults, and the CPU ReferenceActor."""
+    """A PolicyActor per card, each with its own faults (their marker files in `marker_dir`), and
+    the CPU ReferenceActor, in the bundle after the cards'."""
     group = reserve(kind, n_cards, strategy, cpu_bundle=True)
     cards = []
     for position in range(n_cards):
         mine = [f for f in faults if f.applies_to(position)]
-        actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), CARD_MAX_RESTARTS))
-        cards.append(
-            actor.remote(kind, position, policies, threads, precision, mine, str(crash_dir / f"card{position}.crashed"))
-        )
+        actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), ACTOR_MAX_RESTARTS))
+        cards.append(actor.remote(kind, position, policies, threads, precision, mine, str(marker_dir / f"card{position}")))
     reference = (
         ray.remote(ReferenceActor)
         .options(
             num_cpus=1,
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
+            max_restarts=ACTOR_MAX_RESTARTS,
+            max_task_retries=RETRY_WHILE_RESTARTABLE,
             runtime_env={"env_vars": dict(BASE_ENV)},
         )
         .remote(policies, threads)

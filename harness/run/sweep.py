@@ -3,6 +3,10 @@
 make the inputs -> join or start Ray -> place the actors -> name the units (each card's dtype
 labels) -> fan out the same bytes to every actor -> gather and judge each unit -> stage its rows
 -> write the run's Parquet -> print the summary.
+
+Where the cluster loses or hangs a card and cannot recover (harness/run/gather.py), the run ends
+`incomplete` instead: the units staged so far stay, the runs row and the summary say what was
+lost, and `--resume` runs the rest.
 """
 
 from __future__ import annotations
@@ -10,11 +14,9 @@ from __future__ import annotations
 import json
 import sys
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-import ray
 from tqdm import tqdm
 
 from harness.devices import resolve_accelerator
@@ -23,17 +25,17 @@ from harness.errors import UsageError, first_line
 from harness.inference.faults import parse_faults
 from harness.inference.forward import head_name
 from harness.judge.kinds import CheckKind
-from harness.judge.verdicts import Check, Rules, error_check, tolerance_of
-from harness.outputs import Outputs
+from harness.judge.verdicts import Rules, tolerance_of
 from harness.policies import PolicyNet
 from harness.report.summary import print_summary
 from harness.run.budget import check_cards, check_memory, estimate, expected_cards
+from harness.run.dispatch import SharedRefs, check_row, judge, submit
+from harness.run.gather import RunIncomplete, Watch, gather
+from harness.run.layer_search import localize_failures
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
 from harness.run.options import SweepConfig, parse_tolerances, ratio_limits, validate
-from harness.run.place import Placement, cluster_address, describe_actors, place_sweep
-from harness.run.dispatch import Gathered, SharedRefs, Submitted, check_row, judge, submit
-from harness.run.layer_search import localize_failures
-from harness.run.plan import BatchWork, Unit, plan_inputs, load_policies, plan_units
+from harness.run.place import Placement, cluster_address, dashboard_url, describe_actors, place_sweep
+from harness.run.plan import BatchWork, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
 from harness.store.writer import RunWriter, read_run
@@ -43,11 +45,15 @@ from harness.store.writer import RunWriter, read_run
 class SweepOutcome:
     run_id: str
     passed: bool
-    status: str
+    status: str  # passed, failed, or incomplete (the cluster lost or hung a card: resumable)
     checks_path: Path
     phases: Phases
     reference_s: dict[str, float]
     """Seconds the CPU reference spent per dtype: the float64 golden, float32, each card's dtype."""
+    resume_args: list[str] = field(default_factory=list)
+    """Where the run ended incomplete: the options that finish it (`--resume RUN_ID ...`)."""
+    dashboard: str = ""
+    """The cluster's dashboard (host:port) where it has one: where a job's resume is submitted."""
 
 
 def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
@@ -89,9 +95,18 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
             faults=",".join(map(str, faults)),
         )
         writer.begin(run_row)
-        labels = [str(c["label"]) for c in cards]
-        dead = _fan_out_and_judge(config, placement, labels, policies, todo, writer, phases)
-        reference_s = ray.get(placement.reference.compute_seconds.remote())
+        watch = Watch(placement, [*cards, reference], config.hang_timeout)
+        summary: dict[str, object] = {"units": len(units), "resumed_units": len(units) - len(todo)}
+        try:
+            summary |= _fan_out_and_judge(config, placement, watch, policies, todo, writer, phases)
+            asked = watch.follow(watch.reference, [placement.reference.compute_seconds.remote()], "its compute times")
+            [reference_s] = watch.get(asked)
+            replacements = watch.replacements()
+        except RunIncomplete as exc:
+            lost = [str(loss) for loss in exc.losses]
+            summary |= {"done_units": len(writer.done_units()), "events": watch.events, "lost": lost}
+            writer.write_run(finish_run_row(run_row, "incomplete", summary, phases))
+            return _incomplete(config, writer, phases, [*watch.events, *(f"LOST {line}" for line in lost)], len(units))
 
     with phases("write"):
         checks, _ = writer.finish()
@@ -100,17 +115,27 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         status = "passed" if passed else "failed"
         unplayed = without_episodes(config, policies)
         renames = env_renames(policies)
-        summary = {
-            "units": len(units),
-            "resumed_units": len(units) - len(todo),
-            "dead_cards": dead,
+        summary |= {
             "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
             "without_episodes": unplayed,
             "env_renames": renames,
+            "replaced": watch.replaced(),
+            "events": watch.events,
         }
+        run_row.devices = json.dumps([*cards, reference, *replacements])
         writer.write_run(finish_run_row(run_row, status, summary, phases))
-    print_summary(checks, run_id, status, sys.stdout, unplayed, renames)
+    print_summary(checks, run_id, status, sys.stdout, unplayed, renames, watch.events)
     return SweepOutcome(run_id, passed, status, table_dir(results, "checks", run_id), phases, reference_s)
+
+
+def _incomplete(config: SweepConfig, writer: RunWriter, phases: Phases, notes: list[str], units: int) -> SweepOutcome:
+    """The run ended early: what it finished stays staged for `--resume`; the summary shows it,
+    says what was lost, and the outcome carries the options that finish the run."""
+    checks, _ = writer.staged()
+    run_id = writer.run_id
+    print_summary(checks, run_id, "incomplete", sys.stdout, notes=notes, units_done=(len(writer.done_units()), units))
+    resume = ["--resume", run_id, "--results", config.results, *(["--address", config.address] if config.address else [])]
+    return SweepOutcome(run_id, False, "incomplete", writer.staging, phases, {}, resume, dashboard_url())
 
 
 def dtype_labels(dtypes: list[str], cards: list[dict[str, object]]) -> dict[str, str]:
@@ -167,64 +192,56 @@ def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
 def _fan_out_and_judge(
     config: SweepConfig,
     placement: Placement,
-    labels: list[str],
+    watch: Watch,
     policies: dict[str, PolicyNet],
     units: list[Unit],
     writer: RunWriter,
     phases: Phases,
-) -> list[str]:
+) -> dict[str, object]:
     """Send every unit to every actor at once, then judge units in order as results arrive; a
-    unit's ObjectRefs are let go once it is staged."""
+    unit's ObjectRefs are let go once it is gathered. A unit whose results came from two nodes
+    (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. Returns what the
+    runs summary says of it: the cards that produced nothing, the units sent again."""
     limits, user_tolerances = ratio_limits(config), parse_tolerances(config.tolerance)
     shared = SharedRefs()
     with phases("fanout"):
-        pending = deque(submit(placement, unit, shared) for unit in units)
+        pending = deque(watch.track(submit(placement, unit, shared)) for unit in units)
     dead: set[str] = set()
+    resent = 0
     layers: dict[tuple[str, str, CheckKind, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
     bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not config.progress, file=sys.stderr)
-    while pending:
-        job = pending.popleft()
-        unit = job.unit
-        with phases("compute"):
-            got, errors = _gather(job, labels, dead)
-        with phases("judge"):
-            tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
-            policy = policies[unit.policy]
-            rules = Rules(
-                unit.dtype,
-                limits,
-                tolerance,
-                user_set,
-                policy.bounded_outputs(),
-                published_gates=config.require_published_return,
-                scores=head_name(policy),
-            )
-            checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
-            rows = [check_row(unit, c) for c in errors + checks]
-            if isinstance(unit.work, BatchWork):
-                localize_failures(placement, labels, policy, unit, rows, rules, layers)
-        with phases("write"):
-            writer.stage_unit(unit.unit_id, rows, episodes)
-        shared.release(job.shared)
-        bar.update(1)
-    bar.close()
-    return sorted(dead)
-
-
-def _gather(job: Submitted, labels: list[str], dead: set[str]) -> tuple[Gathered, list[Check]]:
-    """The unit's results; a card that produced nothing is an error check (and counted dead)."""
-    references = {role: ray.get(ref) for role, ref in job.references.items()}
-    cards: dict[str, Any] = {}
-    inside: dict[str, Outputs] = {}
-    errors = []
-    for position, ref in enumerate(job.cards):
-        label = labels[position]
-        try:
-            cards[label] = ray.get(ref)
-            if job.inside:
-                inside[label] = ray.get(job.inside[position])
-        except ray.exceptions.RayError as exc:
-            cards.pop(label, None)
-            dead.add(label)
-            errors.append(error_check(label, f"{label} produced nothing: {first_line(exc)}"))
-    return Gathered(cards, inside, references), errors
+    try:
+        while pending:
+            job = pending.popleft()
+            unit = job.unit
+            with phases("compute"):
+                gathered = gather(job, watch)
+            shared.release(job.shared)
+            if gathered is None:
+                pending.append(watch.track(submit(placement, unit, None)))
+                resent += 1
+                continue
+            got, errors = gathered
+            dead.update(error.device_a for error in errors)
+            with phases("judge"):
+                tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
+                policy = policies[unit.policy]
+                rules = Rules(
+                    unit.dtype,
+                    limits,
+                    tolerance,
+                    user_set,
+                    policy.bounded_outputs(),
+                    published_gates=config.require_published_return,
+                    scores=head_name(policy),
+                )
+                checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
+                rows = [check_row(unit, c) for c in errors + checks]
+                if isinstance(unit.work, BatchWork):
+                    localize_failures(placement, watch, policy, unit, rows, rules, layers)
+            with phases("write"):
+                writer.stage_unit(unit.unit_id, rows, episodes)
+            bar.update(1)
+    finally:
+        bar.close()
+    return {"dead_cards": sorted(dead), "resent_units": resent}

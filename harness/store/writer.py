@@ -4,7 +4,7 @@ It knows rows and files, nothing about Ray or comparison. A file is written unde
 temporary name, flushed to disk and renamed, so a reader (pyarrow, DuckDB) sees the whole file
 or none. While a sweep runs, each finished unit is staged under `<results>/.staging/<run_id>/`
 (hidden from readers); `--resume` reads what was staged and the end of the run turns the staged
-parts into one file per table.
+parts into one file per table. A run that ends incomplete keeps its staging for `--resume`.
 """
 
 from __future__ import annotations
@@ -83,15 +83,20 @@ class RunWriter:
             return set()
         return {p.name.removesuffix(".done") for p in self.staging.glob("*.done")}
 
-    def finish(self) -> tuple[pa.Table, pa.Table]:
-        """Merge the staged units of the done set into the final files; drop the staging."""
+    def staged(self) -> tuple[pa.Table, pa.Table]:
+        """The checks and episodes of the units done so far."""
         done = sorted(self.done_units())
         merged = []
         for table in ("checks", "episodes"):
             files = [self.staging / f"{u}.{table}.parquet" for u in done]
             parts = [pq.read_table(f, schema=SCHEMAS[table]) for f in files if f.exists()]
-            merged_table = pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table()
-            write_atomic(merged_table, table_dir(self.results, table, self.run_id) / "part-0.parquet")
-            merged.append(merged_table)
-        shutil.rmtree(inside(self.results, self.staging), ignore_errors=True)
+            merged.append(pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table())
         return merged[0], merged[1]
+
+    def finish(self) -> tuple[pa.Table, pa.Table]:
+        """Merge the staged units into the final files; drop the staging."""
+        checks, episodes = self.staged()
+        for table, rows in (("checks", checks), ("episodes", episodes)):
+            write_atomic(rows, table_dir(self.results, table, self.run_id) / "part-0.parquet")
+        shutil.rmtree(inside(self.results, self.staging), ignore_errors=True)
+        return checks, episodes
