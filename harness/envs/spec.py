@@ -134,10 +134,15 @@ def wrapper_class(wrapper: Wrapper) -> type[gym.Wrapper[Any, Any, Any, Any]]:
     return cls
 
 
+def is_registered(env_id: str) -> bool:
+    """Whether the installed gymnasium (with the extras' environments) registers `env_id`."""
+    return env_id in gym.registry or (_register_extras() and env_id in gym.registry)
+
+
 def require_registered(env_id: str) -> None:
     """UsageError for an id gymnasium does not know (after the extras have registered theirs),
     with gymnasium's own hint for an old version, else the closest ids."""
-    if env_id in gym.registry or (_register_extras() and env_id in gym.registry):
+    if is_registered(env_id):
         return
     try:
         gym.spec(env_id)

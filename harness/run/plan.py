@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from harness.envs.registry import check_env
 from harness.envs.renames import renamed
-from harness.envs.spec import EnvSpec
+from harness.envs.spec import EnvSpec, is_registered
 from harness.policies import PolicyNet, PolicySpec, load_policy, with_found_env
 from harness.policies.base import ObservationNormalizer, PolicyInfo
 from harness.policies.policy_files import PublishedScore
@@ -150,9 +150,10 @@ def load_policies(config: CommonOptions) -> tuple[list[PolicySpec], dict[str, Po
 
 def with_gymnasium_id(policy: PolicyNet) -> PolicyNet:
     """`policy` playing its environment under the id gymnasium gives it now, where gymnasium
-    renamed the one its files (or the options) name; `env_source` says so."""
+    renamed the one its files (or the options) name; `env_source` says so. An id the installed
+    gymnasium still registers is played as it is (Taxi-v3 before gymnasium 1.3)."""
     info = policy.info
-    if info.env_id is None or (rename := renamed(info.env_id)) is None:
+    if info.env_id is None or is_registered(info.env_id) or (rename := renamed(info.env_id)) is None:
         return policy
     source = f"{info.env_source}: {rename.describe(info.env_id)}"
     policy.info = replace(info, env_id=rename.env_id, env_source=source, env_renamed_from=info.env_id)
