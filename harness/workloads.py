@@ -117,3 +117,12 @@ def _edge_rows(
     rows = np.stack([np.zeros_like(low), low, high, centre - far, centre + far])
     mixed = rows[rng.integers(0, len(rows), (max(size - len(rows), 0), low.size)), np.arange(low.size)]
     return np.concatenate([rows, mixed])[:size].astype(np.float32)
+
+
+def poisson_arrivals(rate_qps: float, n: int, seed: int) -> np.ndarray:
+    """Arrival times (seconds from the start, float64, increasing) of `n` requests arriving as a
+        Poisson process of `rate_qps` per second: independent exponential gaps, as MLPerf LoadGen's
+        Server scenario issues queries. One seed gives one schedule at every rate, scaled by 1 / rate
+    (common random numbers): trials of a rate search differ in their rate, not in their luck."""
+    rng = np.random.default_rng([seed, 0xA881FE])
+    return np.cumsum(rng.exponential(1.0 / rate_qps, n))
