@@ -38,7 +38,7 @@ def measured_over_limit(row: dict[str, Any]) -> float | None:
             return float(row["max_flip_margin"] / limit) if limit else float("inf")
         case CheckKind.EPISODE_RETURN:
             return float(row["return_rel_diff"] / row["return_rtol"]) if row.get("return_rtol") else None
-        case CheckKind.ERROR | CheckKind.CROSS_CARD | CheckKind.BATCH_INVARIANCE:
+        case CheckKind.ERROR | CheckKind.CROSS_CARD | CheckKind.BATCH_INVARIANCE | CheckKind.BENCH_AUDIT:
             return None
         case _:
             assert_never(kind)
