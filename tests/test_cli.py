@@ -119,6 +119,10 @@ def test_npu_asked_for_where_there_is_none_is_exit_2(tmp_path: Path) -> None:
         (["--card-counts", "1,4", "--cards", "2"], "more than --cards 2"),
         (["--duration", "-1"], "--duration"),
         (["--duration", "soon"], "--duration 'soon' is not a float"),
+        (["--windows", "0"], "--windows 0: must be at least 1"),
+        (["--latency-bound-ms", "0"], "--latency-bound-ms 0.0: must be more than 0"),
+        (["--inject-fault", "card0:crash-once"], "a bench injects only into its timed path"),
+        (["--inject-fault", "card0:slow"], "expected card<N>:<kind> or all:<kind>"),
         (["--policy", "cartpol"], "did you mean 'cartpole'"),
     ],
 )
