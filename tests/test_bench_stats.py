@@ -255,7 +255,7 @@ def test_latency_row_pools_kept_windows_and_brackets_the_median_of_their_p50s() 
 
 
 def _card(label: str) -> BenchCard:
-    return BenchCard(label, None, {"simulated": True, "label": label})
+    return BenchCard(label, None, {"simulated": True, "threads": 1, "label": label})
 
 
 def _rounds(one: list[float], two: list[float], shares: float = 1.0) -> list[Round]:

@@ -21,9 +21,9 @@ import numpy as np
 
 CONFIDENCE = 0.95
 QUANTILE_METHOD: Final = "linear"  # numpy's default; DuckDB's quantile_cont and median
-# A simulated card is one process on one core: in a window where it got less than this share of
-# a core, something else ran there (another card, the driver, other work on the machine), and the
-# window measured the machine's load, not the card.
+# A simulated card on one thread is one process that wants one core: in a window where it got
+# less than this share of a core, something else ran there (another card, the driver, other work
+# on the machine), and the window measured the machine's load, not the card.
 STARVED_SHARE = 0.9
 # The Ray round trip dominates a call where the card's own time is under this share of the
 # end-to-end time.

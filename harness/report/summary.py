@@ -203,8 +203,17 @@ def print_bench_summary(rows: list[BenchRow], checks: list[CheckRow], run_id: st
 def _interval(r: BenchRow) -> str:
     if r.ci_low is None or r.ci_high is None:
         return "-"
-    text = f"{r.ci_of.removesuffix('_ms').replace('decisions_per_s', 'dec/s')} {r.ci_low:.4g} to {r.ci_high:.4g}"
+    what = {"decisions_per_s": "dec/s"}.get(r.ci_of, r.ci_of.removesuffix("_ms"))
+    text = f"{what} {_short(r.ci_low)} to {_short(r.ci_high)}"
     return text if r.valid else f"({text})"
+
+
+def _short(value: float) -> str:
+    """Three significant digits, thousands and millions as k and M."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
 
 
 def _scaling(r: BenchRow) -> str:

@@ -225,7 +225,7 @@ def _device_latency(card: BenchCard, w: Measured, windows: Windows) -> Measureme
 
 
 def _starved(card: BenchCard, window: LatencyWindow | ClosedLoop) -> bool:
-    return card.simulated and is_starved(window.cpu_share)
+    return card.one_core and is_starved(window.cpu_share)
 
 
 def _end_to_end_latency(card: BenchCard, w: Measured, windows: Windows) -> Measurement:
@@ -408,7 +408,7 @@ def _rounds(
     rounds = []
     for r in range(first_round, first_round + n_rounds):
         windows = {k: shares[r, k] for k in steps}
-        bad = any(c.simulated and is_starved(t.cpu_share) for k in steps for c, t in zip(group, windows[k], strict=False))
+        bad = any(c.one_core and is_starved(t.cpu_share) for k in steps for c, t in zip(group, windows[k], strict=False))
         rounds.append(Round(r, windows, bad))
     return rounds, {c.label: last for c, (_, last) in zip(group, results, strict=True)}
 

@@ -395,7 +395,7 @@ def add_arguments(parser: argparse.ArgumentParser, config_type: type[CommonOptio
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         kwargs: dict[str, Any] = {
             "dest": f.name,
-            "help": f"{meta.help}{_default_text(meta, default)}",
+            "help": f"{meta.help}{_default_text(meta, default)}".replace("%", "%%"),  # argparse formats help with %
             "default": argparse.SUPPRESS,
         }
         if meta.kind in ("off", "on"):

@@ -56,6 +56,12 @@ class BenchCard:
     def simulated(self) -> bool:
         return bool(self.description.get("simulated"))
 
+    @property
+    def one_core(self) -> bool:
+        """A simulated card on one torch thread wants exactly one core: less in a window is starvation.
+        (With more threads, what a card can use depends on what its kernels parallelize.)"""
+        return self.simulated and self.description.get("threads") == 1
+
 
 def cluster_address(address: str | None) -> str | None:
     """The cluster a run joins: `--address`, else RAY_ADDRESS; None for a private local Ray."""
