@@ -15,7 +15,6 @@ only times what it alone can see: end-to-end round trips and server requests.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -35,7 +34,6 @@ from harness.inference.faults import Fault, parse_faults
 from harness.inference.timing import ClosedLoop, LatencyWindow, Throughput, measure_latency
 from harness.judge.bench_stats import (
     efficiency_above_one,
-    invalid_reason,
     is_starved,
     quantile_interval,
     quantiles,
@@ -55,10 +53,9 @@ from harness.run.measure import (
     Measured,
     Measurement,
     Windows,
-    ci_bounds,
+    judged_row,
     kept_windows,
     median_of_windows,
-    ranks,
     repeat_windows,
     sample_columns,
     sample_table,
@@ -275,35 +272,29 @@ def latency_measurement(
         "window_s": windows.seconds,
         "iterations": [len(t.times_ms) for t in used],
         "windows_measured": len(timed),
-        "ci_ranks": ranks(interval),
         "p99_interval_ms": [p99_interval.low, p99_interval.high] if p99_interval else None,
     }
     if not device_timed:
         detail["first_call"] = "after the device row's warm-up: first round trip of this batch"
     mean_ms = float(pooled.mean())
-    ci_low, ci_high = ci_bounds(interval)
-    row = BenchRow(
+    row = judged_row(
+        row_id=row_id,
         policy=w.policy,
         dtype=w.dtype,
-        device=device,
-        n_cards=1,
         batch_size=w.batch.size,
         mode="latency",
+        timing=timing,
+        device=device,
+        reasons=reasons,
+        ci_of="p50_ms",
+        interval=interval,
+        detail=detail,
         first_call_ms=first_call_ms,
         p50_ms=p50,
         p95_ms=p95,
         p99_ms=p99,
         mean_ms=mean_ms,
         decisions_per_s=w.batch.size / (mean_ms / 1e3),
-        scaling_efficiency=None,
-        timing=timing,
-        detail=json.dumps(detail),
-        row_id=row_id,
-        valid=not invalid_reason(reasons),
-        invalid_reason=invalid_reason(reasons),
-        ci_of="p50_ms",
-        ci_low=ci_low,
-        ci_high=ci_high,
         windows=len(used),
         cpu_share=statistics.median(t.cpu_share for t in used) if device_timed else None,
     )
@@ -442,7 +433,6 @@ def scaling_measurements(
             scaling = scaling if k > 1 else None
         cards = group[:k]
         shares = [statistics.median(r.windows[k][i].cpu_share for r in used) for i in range(k)]
-        row_id = f"throughput/{w.policy}/{w.dtype}/b{w.batch.size}/k{k}"
         detail = {
             "window_s": round(seconds, 4),
             "input_sha256": w.batch.sha256,
@@ -451,42 +441,31 @@ def scaling_measurements(
                 round(statistics.median(r.windows[k][i].decisions_per_s for r in used), 1) for i in range(k)
             ],
             "per_card_cpu_share": [round(s, 3) for s in shares],
-            "ci_ranks": ranks(interval),
-            "scaling_ci_ranks": ranks(scaling),
         }
         calls = sum(t.calls for r in used for t in r.windows[k])
-        ci_low, ci_high = ci_bounds(interval)
-        scaling_low, scaling_high = ci_bounds(scaling)
-        row = BenchRow(
+        row = judged_row(
+            row_id=f"throughput/{w.policy}/{w.dtype}/b{w.batch.size}/k{k}",
             policy=w.policy,
             dtype=w.dtype,
-            device=",".join(c.label for c in cards),
-            n_cards=k,
             batch_size=w.batch.size,
             mode="throughput",
-            first_call_ms=None,
-            p50_ms=None,
-            p95_ms=None,
-            p99_ms=None,
+            timing="device",
+            device=",".join(c.label for c in cards),
+            n_cards=k,
+            reasons=reasons,
+            ci_of="decisions_per_s",
+            interval=interval,
+            detail=detail,
             mean_ms=sum(t.elapsed_s for r in used for t in r.windows[k]) / calls * 1e3,
             decisions_per_s=tput,
             scaling_efficiency=efficiency,
-            timing="device",
-            detail=json.dumps(detail),
-            row_id=row_id,
-            valid=not invalid_reason(reasons),
-            invalid_reason=invalid_reason(reasons),
-            ci_of="decisions_per_s",
-            ci_low=ci_low,
-            ci_high=ci_high,
-            scaling_ci_low=scaling_low,
-            scaling_ci_high=scaling_high,
+            scaling=scaling,
             windows=len(used),
             cpu_share=min(shares) if all(c.simulated for c in cards) else None,
         )
         cells = [(i, r, c, t) for i, r in enumerate(rounds) for c, t in zip(cards, r.windows[k], strict=True)]
         samples = sample_columns(
-            row_id,
+            row.row_id,
             window_index=[r.index for _, r, _, _ in cells],
             device=[c.label for _, _, c, _ in cells],
             kept=[kept[i] for i, _, _, _ in cells],
@@ -544,31 +523,21 @@ def _closed_loop_measurement(
         "min_return": float(returns.min()),
         "window_s": windows.seconds,
         "windows_measured": len(timed),
-        "ci_ranks": ranks(interval),
     }
-    ci_low, ci_high = ci_bounds(interval)
-    row = BenchRow(
+    row = judged_row(
+        row_id=row_id,
         policy=policy,
         dtype=dtype,
-        device=card.label,
-        n_cards=1,
         batch_size=n_envs,
         mode="closed_loop",
-        first_call_ms=None,
-        p50_ms=None,
-        p95_ms=None,
-        p99_ms=None,
+        timing="device",
+        device=card.label,
+        reasons=reasons,
+        ci_of="decisions_per_s",
+        interval=interval,
+        detail=detail,
         mean_ms=sum(t.elapsed_s for t in used) / sum(t.steps for t in used) * 1e3,  # a lockstep step: forward and env step
         decisions_per_s=dps,
-        scaling_efficiency=None,
-        timing="device",
-        detail=json.dumps(detail),
-        row_id=row_id,
-        valid=not invalid_reason(reasons),
-        invalid_reason=invalid_reason(reasons),
-        ci_of="decisions_per_s",
-        ci_low=ci_low,
-        ci_high=ci_high,
         windows=len(used),
         cpu_share=statistics.median(t.cpu_share for t in used) if card.simulated else None,
     )

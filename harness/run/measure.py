@@ -4,6 +4,7 @@ samples and what it sampled for the audit."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
@@ -12,6 +13,7 @@ import numpy as np
 
 from harness.judge.bench_stats import (
     Interval,
+    invalid_reason,
     median_interval,
     quick_look,
     starved,
@@ -104,12 +106,69 @@ def median_of_windows(values: list[float], windows: Windows) -> tuple[float, Int
     return float(np.median(values)), None if windows.quick else median_interval(np.asarray(values))
 
 
-def ci_bounds(interval: Interval | None) -> tuple[float | None, float | None]:
-    return (interval.low, interval.high) if interval else (None, None)
+def judged_row(
+    *,
+    row_id: str,
+    policy: str,
+    dtype: str,
+    batch_size: int,
+    mode: str,
+    timing: str,
+    device: str,
+    reasons: list[str | None],
+    ci_of: str,
+    interval: Interval | None,
+    detail: dict[str, object],
+    n_cards: int = 1,
+    first_call_ms: float | None = None,
+    p50_ms: float | None = None,
+    p95_ms: float | None = None,
+    p99_ms: float | None = None,
+    mean_ms: float | None = None,
+    decisions_per_s: float | None = None,
+    scaling_efficiency: float | None = None,
+    scaling: Interval | None = None,
+    windows: int | None = None,
+    cpu_share: float | None = None,
+    max_qps: float | None = None,
+    latency_bound_ms: float | None = None,
+) -> BenchRow:
+    """A bench row: valid when it met every rule in `reasons`; its intervals' bounds in the
+    columns and their ranks in `detail`, so that SQL can pick the same order statistics."""
+    reason = invalid_reason(reasons)
+    detail = detail | {"ci_ranks": _ranks(interval)} | ({"scaling_ci_ranks": _ranks(scaling)} if scaling else {})
+    return BenchRow(
+        policy=policy,
+        dtype=dtype,
+        device=device,
+        n_cards=n_cards,
+        batch_size=batch_size,
+        mode=mode,
+        first_call_ms=first_call_ms,
+        p50_ms=p50_ms,
+        p95_ms=p95_ms,
+        p99_ms=p99_ms,
+        mean_ms=mean_ms,
+        decisions_per_s=decisions_per_s,
+        scaling_efficiency=scaling_efficiency,
+        timing=timing,
+        detail=json.dumps(detail),
+        row_id=row_id,
+        valid=not reason,
+        invalid_reason=reason,
+        ci_of=ci_of,
+        ci_low=interval.low if interval else None,
+        ci_high=interval.high if interval else None,
+        scaling_ci_low=scaling.low if scaling else None,
+        scaling_ci_high=scaling.high if scaling else None,
+        windows=windows,
+        cpu_share=cpu_share,
+        max_qps=max_qps,
+        latency_bound_ms=latency_bound_ms,
+    )
 
 
-def ranks(interval: Interval | None) -> list[int] | None:
-    """Which sorted windows bound the interval, so that SQL can pick the same two."""
+def _ranks(interval: Interval | None) -> list[int] | None:
     return [interval.lower, interval.upper] if interval else None
 
 

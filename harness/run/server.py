@@ -12,7 +12,6 @@ rate (LoadGen's rule against coordinated omission).
 
 from __future__ import annotations
 
-import json
 import math
 import threading
 import time
@@ -25,7 +24,6 @@ import numpy as np
 from tqdm import tqdm
 
 from harness.judge.bench_stats import (
-    invalid_reason,
     quantile_interval,
     quantiles,
     quick_look,
@@ -33,7 +31,7 @@ from harness.judge.bench_stats import (
     too_few_for_percentile,
 )
 from harness.outputs import Outputs
-from harness.run.measure import Measured, Measurement, Windows, sample_columns
+from harness.run.measure import Measured, Measurement, Windows, judged_row, sample_columns
 from harness.run.options import BenchConfig
 from harness.run.place import BenchCard
 from harness.store.schema import BenchRow
@@ -214,30 +212,25 @@ def _server(cards: list[BenchCard], w: Measured, alone: BenchRow, config: BenchC
         "bracket_qps": [best.rate_qps if best else None, search.missed.rate_qps if search.missed else None],
         "unloaded_end_to_end_p99_ms": alone.p99_ms,
         "sent_late_p99_ms": quantiles(shown.late_ms, [0.99])[0] if shown else None,
-        "ci_ranks": [interval.lower, interval.upper] if interval else None,
     }
-    row = BenchRow(
+    row = judged_row(
+        row_id=row_id,
         policy=w.policy,
         dtype=w.dtype,
-        device=",".join(c.label for c in cards),
-        n_cards=len(cards),
         batch_size=w.batch.size,
         mode="server",
-        first_call_ms=None,
+        timing="end_to_end",
+        device=",".join(c.label for c in cards),
+        n_cards=len(cards),
+        reasons=reasons,
+        ci_of="p99_ms",
+        interval=interval,
+        detail=detail,
         p50_ms=p50,
         p95_ms=p95,
         p99_ms=p99,
         mean_ms=mean,
         decisions_per_s=best.rate_qps * w.batch.size if best else None,
-        scaling_efficiency=None,
-        timing="end_to_end",
-        detail=json.dumps(detail),
-        row_id=row_id,
-        valid=not invalid_reason(reasons),
-        invalid_reason=invalid_reason(reasons),
-        ci_of="p99_ms",
-        ci_low=interval.low if interval else None,
-        ci_high=interval.high if interval else None,
         windows=len(shown.latencies_ms) if shown else None,
         max_qps=best.rate_qps if best else None,
         latency_bound_ms=bound,
