@@ -117,7 +117,7 @@ def test_a_quick_look_writes_every_mode_and_says_it_is_one(ray_head: Head, tmp_p
     for r in latency:
         assert 0 < r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
         assert r["first_call_ms"] > 0 and r["mean_ms"] > 0 and r["windows"] >= 1
-        assert min(json.loads(r["detail"])["iterations"]) >= 15  # the default minimum holds in a quick look too
+        assert min(json.loads(r["detail"])["iterations"]) >= 10  # the default minimum holds in a quick look too
         assert (r["cpu_share"] is not None) == (r["timing"] == "device")
 
     throughput = {(r["batch_size"], r["n_cards"]): r for r in rows if r["mode"] == "throughput"}

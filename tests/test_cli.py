@@ -52,8 +52,8 @@ def test_help_shows_every_default(command: str) -> None:
     if command == "sweep":
         assert "(default: float32,float16,bfloat16)" in text and "(default: 1,8,4096)" in text and "(default: 4)" in text
     else:
-        assert "(default: float32)" in text and "(default: 1,8,256,4096)" in text and "(default: 0.25)" in text
-        assert "(default: 7)" in text and "95% interval" in text  # a % in help is text, not a format
+        assert "(default: float32)" in text and "(default: 1,8,256,4096)" in text and "(default: 0.15)" in text
+        assert "(default: 12)" in text and "95% interval" in text  # a % in help is text, not a format
 
 
 def test_info_json() -> None:

@@ -131,10 +131,14 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
             disable=not config.progress,
             file=sys.stderr,
         )
-        with phases("compute"):
+        # Each mode timed on its own (runs.summary.timings_s): what a bench spends where.
+        with phases("latency"):
             measured = _latency(cards, work, windows, bar)
+        with phases("throughput"):
             measured += measure_scaling(cards, steps, work, windows, bar)
+        with phases("closed_loop"):
             measured += _closed_loop(cards[0], loops, config, windows, bar)
+        with phases("server"):
             measured += measure_server(cards, steps, work, measured, config, windows, bar)
         bar.close()
         with phases("audit"):

@@ -313,7 +313,7 @@ class BenchConfig(CommonOptions):
         "--windows",
         "windows per measurement: each row's figure is their median, with a 95% interval from their order statistics "
         "(at least 6 for one)",
-        7,
+        12,
         type=int,
         metavar="N",
         at_least=1,
@@ -321,13 +321,13 @@ class BenchConfig(CommonOptions):
     window: float = option(
         "--window",
         "seconds per window (a window also holds at least --min-iterations calls)",
-        0.25,
+        0.15,
         type=float,
         metavar="S",
         above=0,
     )
     min_iterations: int = option(
-        "--min-iterations", "calls per window at least, however long they take", 15, type=int, metavar="N", at_least=1
+        "--min-iterations", "calls per window at least, however long they take", 10, type=int, metavar="N", at_least=1
     )
     max_spread: float = option(
         "--max-spread",

@@ -37,11 +37,16 @@ from harness.run.place import BenchCard
 from harness.store.schema import BenchRow
 from harness.workloads import poisson_arrivals
 
-# The search brackets the bound by doubling up or halving down from its first rate, then bisects
-# the bracket in log-rate until its ends are within RESOLUTION of each other.
+# The search probes: it brackets the bound by doubling up or halving down from its first rate,
+# then bisects the bracket in log-rate until its ends are within RESOLUTION of each other. A probe
+# sends PROBE_QUERIES requests, the fewest whose p99 is a percentile and not the largest call;
+# the rate found is then confirmed by a trial of the full size (`--min-queries`), and where that
+# misses, one RESOLUTION lower, at most MAX_CONFIRMS times. Only a confirmed rate is a result.
 RESOLUTION = 0.1
 MAX_TRIALS = 8
 MAX_HALVINGS = 3  # a bound missed at an eighth of the first rate is called out of reach
+PROBE_QUERIES = 100
+MAX_CONFIRMS = 3
 # A trial's first request is scheduled this long after its schedule is made.
 START_DELAY_S = 0.05
 
@@ -60,48 +65,61 @@ class Trial:
 
 @dataclass(frozen=True)
 class Search:
-    best: Trial | None  # the highest rate that met the bound
-    missed: Trial | None  # the lowest rate above it that did not
+    best: Trial | None  # the highest rate whose full trial met the bound
+    missed: Trial | None  # the lowest rate tried that did not
     trials: list[Trial]
 
 
 def find_max_rate(
-    run: Callable[[float], Trial],
+    probe: Callable[[float], Trial],
+    confirm: Callable[[float], Trial],
     start_qps: float,
     resolution: float = RESOLUTION,
     max_trials: int = MAX_TRIALS,
     max_halvings: int = MAX_HALVINGS,
+    max_confirms: int = MAX_CONFIRMS,
 ) -> Search:
-    """The highest rate at which `run` meets its bound, to within `resolution` where
-    `max_trials` allow: double from `start_qps` until a miss, or halve until a hit (at most
-    `max_halvings` times), then bisect between the highest hit and the lowest miss."""
+    """The highest rate at which a full trial (`confirm`) meets its bound, found with `probe`s to
+    within `resolution` where `max_trials` allow: double from `start_qps` until a miss, or halve
+    until a hit (at most `max_halvings` times), bisect between the highest hit and the lowest
+    miss, then confirm the highest hit, stepping down by `resolution` while confirmations miss."""
     trials: list[Trial] = []
-    best: Trial | None = None
+    hit: Trial | None = None
     missed: Trial | None = None
 
-    def tried(rate: float) -> None:
-        nonlocal best, missed
+    def tried(run: Callable[[float], Trial], rate: float) -> Trial:
+        nonlocal hit, missed
         trial = run(rate)
         trials.append(trial)
         if trial.met:
-            best = trial
-        else:
+            hit = trial
+        elif missed is None or trial.rate_qps < missed.rate_qps:
             missed = trial
+        return trial
 
-    tried(start_qps)
+    tried(probe, start_qps)
     halvings = 0
-    while len(trials) < max_trials and (best is None) != (missed is None):
-        if best is not None:
-            tried(best.rate_qps * 2)
+    while len(trials) < max_trials and (hit is None) != (missed is None):
+        if hit is not None:
+            tried(probe, hit.rate_qps * 2)
         elif missed is not None and halvings < max_halvings:
-            tried(missed.rate_qps / 2)
+            tried(probe, missed.rate_qps / 2)
             halvings += 1
         else:
             break
-    while best is not None and missed is not None and missed.rate_qps > best.rate_qps * (1 + resolution):
+    while hit is not None and missed is not None and missed.rate_qps > hit.rate_qps * (1 + resolution):
         if len(trials) >= max_trials:
             break
-        tried(math.sqrt(best.rate_qps * missed.rate_qps))
+        tried(probe, math.sqrt(hit.rate_qps * missed.rate_qps))
+    best = None
+    rate = hit.rate_qps if hit is not None else None
+    for _ in range(max_confirms if rate is not None else 0):
+        assert rate is not None
+        confirmed = tried(confirm, rate)
+        if confirmed.met:
+            best = confirmed
+            break
+        rate /= 1 + resolution
     return Search(best, missed, trials)
 
 
@@ -176,10 +194,10 @@ def _server(cards: list[BenchCard], w: Measured, alone: BenchRow, config: BenchC
     assert alone.p99_ms is not None and alone.mean_ms is not None  # a latency row always has them
     row_id = f"server/{w.policy}/{w.dtype}/b{w.batch.size}/k{len(cards)}"
 
-    def requests(rate: float) -> int:
+    def requests(rate: float, at_least: int) -> int:
         if windows.quick:
             return max(1, round(rate * windows.seconds))
-        return max(config.min_queries, math.ceil(rate * windows.seconds))
+        return max(at_least, math.ceil(rate * windows.seconds))
 
     reasons: list[str | None]
     if alone.p99_ms > bound:
@@ -188,11 +206,13 @@ def _server(cards: list[BenchCard], w: Measured, alone: BenchRow, config: BenchC
         reasons = [f"the bound is under the unloaded end-to-end p99 ({alone.p99_ms:.3g} ms): no rate meets it"]
     else:
         search = find_max_rate(
-            lambda rate: run_trial(cards, w, rate, requests(rate), config.seed, bound), len(cards) * 1e3 / alone.mean_ms
+            lambda rate: run_trial(cards, w, rate, requests(rate, PROBE_QUERIES), config.seed, bound),
+            lambda rate: run_trial(cards, w, rate, requests(rate, config.min_queries), config.seed, bound),
+            len(cards) * 1e3 / alone.mean_ms,
         )
         reasons = _search_reasons(search, bound)
     reasons.insert(0, quick_look(windows.seconds) if windows.quick else None)
-    shown = search.best or (min(search.trials, key=lambda t: t.rate_qps) if search.trials else None)
+    shown = search.best or (min(search.trials, key=lambda t: (t.met, t.rate_qps)) if search.trials else None)
     p50 = p95 = p99 = mean = None
     interval = None
     if shown is not None:
@@ -240,8 +260,11 @@ def _server(cards: list[BenchCard], w: Measured, alone: BenchRow, config: BenchC
 
 def _search_reasons(search: Search, bound: float) -> list[str | None]:
     if search.best is None:
-        lowest = min(search.trials, key=lambda t: t.rate_qps)
-        return [f"no rate met the bound: p99 {lowest.p99_ms:.3g} ms > {bound:g} ms even at {lowest.rate_qps:.3g} qps"]
+        lowest = min((t for t in search.trials if not t.met), key=lambda t: t.rate_qps)
+        return [
+            f"no rate met the bound in a full trial: p99 {lowest.p99_ms:.3g} ms > {bound:g} ms at {lowest.rate_qps:.3g} qps "
+            f"({len(lowest.latencies_ms)} requests)"
+        ]
     if search.missed is None:
         return [f"every rate tried met the bound: max_qps is at least {search.best.rate_qps:.4g}, not the most"]
     return []
