@@ -219,7 +219,7 @@ def test_windowed_rows_carry_intervals_that_bench_samples_reproduce_in_sql(ray_h
     for r in throughput:
         assert r["dps"] == pytest.approx(r["sql_dps"], rel=1e-9) and r["efficiency"] == pytest.approx(r["sql_efficiency"])
     for r in (r for r in rows if r["mode"] == "server"):
-        assert r["max_qps"] > 0 and r["p99_ms"] <= 100.0 and r["decisions_per_s"] == r["max_qps"] * 8
+        assert r["max_qps"] > 0 and r["p99_ms"] <= 100.0 and r["decisions_per_s"] == r["max_qps"] * 8, r
         assert r["windows"] >= 368
 
 
