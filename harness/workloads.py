@@ -174,3 +174,12 @@ def _uint8_rows(inp: ObsInput, size: int, distribution: str, rng: np.random.Gene
     else:
         flat = rng.integers(low, high + 1, (size, low.size))
     return flat.astype(np.uint8).reshape(size, *inp.shape)
+
+
+def poisson_arrivals(rate_qps: float, n: int, seed: int) -> np.ndarray:
+    """Arrival times (seconds from the start, float64, increasing) of `n` requests arriving as a
+    Poisson process of `rate_qps` per second: independent exponential gaps, as MLPerf LoadGen's
+    Server scenario issues queries. One seed gives one schedule at every rate, scaled by 1 / rate
+    (common random numbers): trials of a rate search differ in their rate, not in their luck."""
+    rng = np.random.default_rng([seed, 0xA881FE])
+    return np.cumsum(rng.exponential(1.0 / rate_qps, n))

@@ -52,7 +52,8 @@ def test_help_shows_every_default(command: str) -> None:
     if command == "sweep":
         assert "(default: float32,float16,bfloat16)" in text and "(default: 1,8,4096)" in text and "(default: 4)" in text
     else:
-        assert "(default: float32)" in text and "(default: 1,8,256,4096)" in text and "(default: 0.2)" in text
+        assert "(default: float32)" in text and "(default: 1,8,256,4096)" in text and "(default: 0.15)" in text
+        assert "(default: 12)" in text and "95% interval" in text  # a % in help is text, not a format
 
 
 def test_info_json() -> None:
@@ -119,6 +120,10 @@ def test_npu_asked_for_where_there_is_none_is_exit_2(tmp_path: Path) -> None:
         (["--card-counts", "1,4", "--cards", "2"], "more than --cards 2"),
         (["--duration", "-1"], "--duration"),
         (["--duration", "soon"], "--duration 'soon' is not a float"),
+        (["--windows", "0"], "--windows 0: must be at least 1"),
+        (["--latency-bound-ms", "0"], "--latency-bound-ms 0.0: must be more than 0"),
+        (["--inject-fault", "card0:crash-once"], "a bench injects only into its timed path"),
+        (["--inject-fault", "card0:slow"], "expected card<N>:<kind> or all:<kind>"),
         (["--policy", "cartpol"], "did you mean 'cartpole'"),
     ],
 )

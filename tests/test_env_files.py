@@ -111,7 +111,7 @@ def test_every_rename_is_from_an_id_gymnasium_refuses_to_one_it_registers(tmp_pa
     for old, rename in RENAMES.items():
         policy = with_gymnasium_id(load_policy(str(zoo_files(tmp_path / old, old, {}, {}))))
         if is_registered(old):
-            assert (policy.info.env_id, policy.info.env_renamed_from) == (old, None), old
+            assert (policy.info.env_id, policy.info.env_renamed_from) == (old, ""), old
             continue
         with pytest.raises(gym.error.DeprecatedEnv):
             gym.spec(old)

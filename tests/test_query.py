@@ -58,8 +58,7 @@ def test_check_counts_match_the_parquet_files(results: Path) -> None:
 def test_every_table_is_a_view_with_a_varchar_run_id(results: Path) -> None:
     rows = query_json(
         results,
-        "SELECT table_name, table_type FROM information_schema.tables WHERE table_name IN ('runs', 'checks', "
-        "'episodes', 'bench')",
+        f"SELECT table_name, table_type FROM information_schema.tables WHERE table_name IN {TABLES}",
     )
     assert {r["table_name"]: r["table_type"] for r in rows} == {name: "VIEW" for name in TABLES}
     for name in TABLES:

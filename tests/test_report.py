@@ -50,6 +50,12 @@ def bench_rows(scale: float) -> list:
             decisions_per_s=scale * 1e6 * k * 0.9 ** (k - 1),
             scaling_efficiency=0.9 ** (k - 1),
             timing="end_to_end",
+            valid=dtype == "float32",
+            ci_of="decisions_per_s",
+            ci_low=scale * 0.95e6 * k * 0.9 ** (k - 1),
+            ci_high=scale * 1.05e6 * k * 0.9 ** (k - 1),
+            scaling_ci_low=0.85 if k > 1 else None,
+            scaling_ci_high=0.93 if k > 1 else None,
         )
         for dtype in ("float32", "bfloat16")
         for k in (1, 2)
@@ -139,7 +145,7 @@ def test_html_page_with_tables_and_plots(results: Path, tmp_path: Path) -> None:
     assert any({"policy", "dtype", "check", "verdict"} <= h for h in headers)
     assert any({"error_ratio (max)", "max_ratio (max)", "verdict"} <= h for h in headers)
     assert any({"p50 ms", "decisions/s"} <= h for h in headers)
-    assert sorted(page.images) == ["errors.png", "latency.png", "throughput.png"]
+    assert sorted(page.images) == ["errors.png", "latency.png", "scaling.png", "throughput.png"]
     for image in page.images:
         assert_png(tmp_path / image)
     # Readable offline: no scripts, nothing fetched from elsewhere.
@@ -153,6 +159,7 @@ def test_plots_without_data_are_skipped_with_a_note(results: Path, tmp_path: Pat
     proc = cli("report", FAULTY, "--results", str(results), "--out", str(tmp_path))
     assert proc.returncode == 1
     assert "plot throughput.png skipped" in proc.stdout and "plot latency.png skipped" in proc.stdout
+    assert "plot scaling.png skipped" in proc.stdout
     assert not (tmp_path / "latency.png").exists() and not (tmp_path / "throughput.png").exists()
     page = parse_page(tmp_path / "report.html")
     assert page.images == ["errors.png"]

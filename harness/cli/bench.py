@@ -9,7 +9,9 @@ from harness.run.options import BenchConfig, add_arguments
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("bench", help="latency, throughput across cards, closed-loop CartPole decisions/s")
+    parser = subparsers.add_parser(
+        "bench", help="latency, throughput across cards, closed-loop decisions/s, the server scenario; audits the timed path"
+    )
     add_arguments(parser, BenchConfig)
     parser.set_defaults(func=run)
 
@@ -18,5 +20,5 @@ def run(args: argparse.Namespace) -> int:
     from harness.run.bench import run_bench
     from harness.run.options import config_from_args
 
-    run_bench(config_from_args(args, BenchConfig), command=" ".join(sys.argv))
-    return 0
+    outcome = run_bench(config_from_args(args, BenchConfig), command=" ".join(sys.argv))
+    return 0 if outcome.passed else 1

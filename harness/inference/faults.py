@@ -31,17 +31,9 @@ from harness.errors import UsageError
 from harness.policies.base import PolicyNet
 from harness.policies.matmul_precision import accumulate_float16_in_float16, reduce_float32_matmuls
 
-KINDS = (
-    "perturb-weight",
-    "corrupt-weight",
-    "reduced-fp32",
-    "fp16-accumulate",
-    "mkl-avx2",
-    "crash-once",
-    "crash-always",
-    "hang-once",
-    "hang",
-)
+# What `inject` puts into a policy's copy: the faults a bench can give its timed path alone.
+MODEL_KINDS = ("perturb-weight", "corrupt-weight", "reduced-fp32", "fp16-accumulate")
+KINDS = (*MODEL_KINDS, "mkl-avx2", "crash-once", "crash-always", "hang-once", "hang")
 CORRUPTION = 1.01
 _SPEC = re.compile(r"^(?:card(\d+)|all):([a-z0-9-]+)$")
 _INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}

@@ -33,7 +33,10 @@ def forward_outputs(policy: PolicyNet, obs: tuple[torch.Tensor, ...], noise: tor
     }
 
 
+def outputs_to_numpy(outputs: dict[str, torch.Tensor]) -> Outputs:
+    return {name: t.cpu().numpy() for name, t in outputs.items()}
+
+
 def run_batch(policy: PolicyNet, device: Device, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
     """Outputs of one batch as numpy. Timing is the bench's business (harness/inference/timing.py)."""
-    outputs = forward_outputs(policy, to_device(obs, device), to_device((noise,), device)[0])
-    return {name: t.cpu().numpy() for name, t in outputs.items()}
+    return outputs_to_numpy(forward_outputs(policy, to_device(obs, device), to_device((noise,), device)[0]))

@@ -8,6 +8,7 @@ import ctypes
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import numpy as np
 import torch
@@ -20,28 +21,43 @@ from harness.inference.episodes import choose_actions, play
 from harness.outputs import EpisodeOutput
 from harness.policies.base import PolicyNet
 
+# Warm-up before the first window: at least this many calls and this long (trtexec's 200 ms).
 WARMUP_ITERATIONS = 5
-# Iterations are sized from the warm-up to fill the time budget, within these bounds: enough
-# samples for a p99 on fast bodies, a bounded wait on slow ones.
-MIN_ITERATIONS = 10
+WARMUP_S = 0.2
+# A window stops at this many calls however short they are: it bounds the samples a window
+# keeps of a very fast body.
 MAX_ITERATIONS = 20_000
 # glibc mallopt parameters (malloc.h) and the largest mmap threshold it accepts on 64-bit.
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
 
+T = TypeVar("T")
+
 
 @dataclass(frozen=True)
-class LatencyStats:
-    first_call_ms: float  # the first call alone (operator compile on NPUs): never in the percentiles
-    p50_ms: float
-    p95_ms: float
-    p99_ms: float
-    mean_ms: float
-    iterations: int
+class LatencyWindow:
+    """One window of back-to-back timed calls."""
+
+    times_ms: np.ndarray  # float64 (calls,): each call, synchronized before and after
+    elapsed_s: float
+    cpu_s: float  # CPU time of the timing process in the window
+
+    @property
+    def cpu_share(self) -> float:
+        return self.cpu_s / self.elapsed_s
+
+
+@dataclass(frozen=True)
+class LatencyRun(Generic[T]):
+    first_call_ms: float | None  # the first call alone (operator compile on NPUs), never in a window; None once warm
+    windows: tuple[LatencyWindow, ...]
+    last: T  # what the last timed call returned: the bench's audit compares it
 
 
 @dataclass(frozen=True)
 class Throughput:
+    """One card's share of a throughput window."""
+
     calls: int
     decisions: int
     elapsed_s: float
@@ -62,6 +78,7 @@ class ClosedLoop:
     decisions: int  # actions the episodes took; an ended episode's masked rows are not decisions
     steps: int  # batched forwards, each followed by an environment step: a round takes its longest episode's length
     elapsed_s: float
+    cpu_s: float  # CPU time of the card's process while the episodes ran
     seeds: np.ndarray  # int64 (episodes,): episode i was reset with seeds[i]
     returns: np.ndarray  # float64 (episodes,)
     first_round: tuple[EpisodeOutput, ...]  # to prove two runs (or a run and a sweep) took the same episodes
@@ -69,6 +86,10 @@ class ClosedLoop:
     @property
     def decisions_per_s(self) -> float:
         return self.decisions / self.elapsed_s
+
+    @property
+    def cpu_share(self) -> float:
+        return self.cpu_s / self.elapsed_s
 
 
 def keep_freed_host_memory() -> bool:
@@ -102,21 +123,63 @@ def timed_iterations(body: Callable[[], object], sync: Callable[[], None], itera
     return np.asarray(elapsed_ns, dtype=np.int64) / 1e6
 
 
-def measure_latency(body: Callable[[], object], sync: Callable[[], None], budget_s: float) -> LatencyStats:
-    """First call alone, warm-up, then as many timed iterations as fit `budget_s`."""
-    first = timed_iterations(body, sync, 1)[0]
-    warm = timed_iterations(body, sync, WARMUP_ITERATIONS)
-    iterations = int(np.clip(budget_s * 1e3 / max(float(warm.mean()), 1e-6), MIN_ITERATIONS, MAX_ITERATIONS))
-    times = timed_iterations(body, sync, iterations)
-    p50, p95, p99 = np.percentile(times, [50, 95, 99])
-    return LatencyStats(float(first), float(p50), float(p95), float(p99), float(times.mean()), iterations)
+def warm_up(body: Callable[[], object], sync: Callable[[], None], seconds: float) -> float:
+    """Call `body` at least WARMUP_ITERATIONS times and for at least `seconds`; the mean call
+    in milliseconds, so that windows can be sized to hold their minimum of calls."""
+    times = timed_iterations(body, sync, WARMUP_ITERATIONS)
+    spent_ms = float(times.sum())
+    while spent_ms < seconds * 1e3:
+        more = timed_iterations(body, sync, WARMUP_ITERATIONS)
+        times, spent_ms = np.concatenate([times, more]), spent_ms + float(more.sum())
+    return float(times.mean())
+
+
+def latency_window(
+    body: Callable[[], T], sync: Callable[[], None], seconds: float, min_iterations: int
+) -> tuple[LatencyWindow, T]:
+    """Timed calls back to back until the window has lasted `seconds` and held `min_iterations`
+    calls (trtexec's rule: a duration and a count, both met), at most MAX_ITERATIONS; with what
+    the last call returned."""
+    elapsed_ns: list[int] = []
+    record, clock = elapsed_ns.append, time.perf_counter_ns
+    cpu_start, start = time.process_time(), clock()
+    deadline = start + int(seconds * 1e9)
+    while True:
+        sync()
+        begin = clock()
+        last = body()
+        sync()
+        end = clock()
+        record(end - begin)
+        if len(elapsed_ns) >= MAX_ITERATIONS or (end >= deadline and len(elapsed_ns) >= min_iterations):
+            break
+    cpu = time.process_time() - cpu_start
+    return LatencyWindow(np.asarray(elapsed_ns, dtype=np.int64) / 1e6, (end - start) / 1e9, cpu), last
+
+
+def measure_latency(
+    body: Callable[[], T],
+    sync: Callable[[], None],
+    windows: int,
+    window_s: float,
+    min_iterations: int,
+    first_call: bool = True,
+) -> LatencyRun[T]:
+    """The first call alone and a warm-up (unless `first_call` is False: the body is warm
+    already), then `windows` (at least 1) windows."""
+    first_ms = None
+    if first_call:
+        first_ms = float(timed_iterations(body, sync, 1)[0])
+        warm_up(body, sync, min(WARMUP_S, window_s))
+    timed = [latency_window(body, sync, window_s, min_iterations) for _ in range(windows)]
+    return LatencyRun(first_ms, tuple(w for w, _ in timed), timed[-1][1])
 
 
 def run_for(
-    body: Callable[[], object], sync: Callable[[], None], start_at: float, duration_s: float
-) -> tuple[int, float, float]:
-    """Call `body` back to back for `duration_s` from wall-clock `start_at`: (calls, seconds,
-    CPU seconds of this process).
+    body: Callable[[], T], sync: Callable[[], None], start_at: float, duration_s: float
+) -> tuple[int, float, float, T]:
+    """Call `body` back to back (at least once) for `duration_s` from wall-clock `start_at`:
+    (calls, seconds, CPU seconds of this process, what the last call returned).
 
     Actors that share `start_at` run their windows at the same time, so their sum is a rate
     the cards reach together, not one after another."""
@@ -124,12 +187,12 @@ def run_for(
     sync()
     start, cpu_start = time.perf_counter(), time.process_time()
     deadline = start + duration_s
-    calls = 0
+    last, calls = body(), 1
     while time.perf_counter() < deadline:
-        body()
+        last = body()
         calls += 1
     sync()  # queued work belongs to the window
-    return calls, time.perf_counter() - start, time.process_time() - cpu_start
+    return calls, time.perf_counter() - start, time.process_time() - cpu_start, last
 
 
 @torch.inference_mode()
@@ -148,7 +211,7 @@ def closed_loop(
         first_round: list[EpisodeOutput] = []
         returns: list[float] = []
         decisions = steps = rounds = 0
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         while rounds == 0 or time.perf_counter() - start < duration_s:
             first = seed + rounds * n_envs
             episodes = play(policy, device, envs, range(first, first + n_envs), stochastic=False, batching="lockstep")
@@ -157,8 +220,8 @@ def closed_loop(
             decisions += sum(e.length for e in episodes)
             steps += max(e.length for e in episodes)
             rounds += 1
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu_start
     finally:
         envs.close()
     seeds = np.arange(seed, seed + rounds * n_envs, dtype=np.int64)
-    return ClosedLoop(decisions, steps, elapsed, seeds, np.asarray(returns, dtype=np.float64), tuple(first_round))
+    return ClosedLoop(decisions, steps, elapsed, cpu, seeds, np.asarray(returns, dtype=np.float64), tuple(first_round))

@@ -1,4 +1,4 @@
-"""The kinds of check a sweep makes: one enum, so a kind added here and forgotten where checks are
+"""The kinds of check a sweep (and a bench's audit) makes: one enum, so a kind added here and forgotten where checks are
 judged, summarized or reported is a type error (every `match` over it ends in `assert_never`),
 never a row misrouted to a default branch. The values are the `checks.kind` column."""
 
@@ -28,3 +28,5 @@ class CheckKind(StrEnum):
     """A card's rows alone against the same rows inside a large batch, on the same card."""
     PUBLISHED_RETURN = "published_return"
     """The CPU float32's mean episode return against the score the policy's files state."""
+    BENCH_AUDIT = "bench_audit"
+    """A bench's timed path against the sweep's run_batch, same card, same input, bit for bit."""

@@ -23,6 +23,8 @@ And:
                   was published with: the port, the loader and the harness's replay of the
                   environment together; gating only when required
   error           a card that produced nothing
+  bench_audit     a bench's timed path against the sweep's run_batch on the same card and input,
+                  bit for bit: what the bench timed computes what the sweep validated
 """
 
 from __future__ import annotations
@@ -235,6 +237,14 @@ def judge_batch_invariance(cards: dict[str, tuple[Outputs, Outputs]], gating: bo
         for output, a in alone.items():
             checks.append(Check(output, CheckKind.BATCH_INVARIANCE, label, label, gating, compare_bitwise(a, inside[output])))
     return checks
+
+
+def judge_bench_audit(label: str, timed: Outputs, swept: Outputs) -> list[Check]:
+    """Outputs sampled from a bench's timed path against the same card's run_batch: always gating."""
+    return [
+        Check(output, CheckKind.BENCH_AUDIT, label, label, True, compare_bitwise(timed[output], swept[output]))
+        for output in swept
+    ]
 
 
 def first_divergent_step(a: np.ndarray, b: np.ndarray) -> int | None:

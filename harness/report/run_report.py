@@ -155,7 +155,12 @@ BENCH_SQL = f"""
 SELECT mode, policy, dtype, device, n_cards::VARCHAR AS cards, batch_size::VARCHAR AS batch, timing,
        printf('%.3g', first_call_ms) AS "first call ms", printf('%.3g', p50_ms) AS "p50 ms",
        printf('%.3g', p95_ms) AS "p95 ms", printf('%.3g', p99_ms) AS "p99 ms",
-       printf('%.0f', decisions_per_s) AS "decisions/s", printf('%.2f', scaling_efficiency) AS efficiency
+       printf('%.0f', decisions_per_s) AS "decisions/s", printf('%.0f', max_qps) AS "max qps",
+       CASE WHEN ci_low IS NULL THEN NULL ELSE ci_of || ' ' || printf('%.4g', ci_low) || ' to ' || printf('%.4g', ci_high)
+       END AS "95% interval",
+       printf('%.3f', scaling_efficiency) || coalesce(printf(' [%.3f, %.3f]', scaling_ci_low, scaling_ci_high), '')
+           AS "efficiency (95%)",
+       CASE WHEN valid THEN 'yes' ELSE 'NO: ' || invalid_reason END AS valid
 FROM bench WHERE run_id = $run_id
 ORDER BY mode, policy, {dtype_order()}, n_cards, batch_size, device, timing
 """
@@ -231,27 +236,70 @@ def _new_axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
     return fig, ax
 
 
-def _plot_throughput(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
+def _throughput_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
     # One aggregate row per card count is expected; max() keeps it if per-card rows sit beside it.
-    rows = _rows(
+    return _rows(
         con,
         f"""
-        SELECT policy, dtype, batch_size, timing, n_cards, max(decisions_per_s) AS dps
+        SELECT policy, dtype, batch_size, timing, n_cards, max(decisions_per_s) AS dps, any_value(ci_low) AS low,
+               any_value(ci_high) AS high, any_value(scaling_efficiency) AS efficiency,
+               any_value(scaling_ci_low) AS efficiency_low, any_value(scaling_ci_high) AS efficiency_high,
+               bool_and(coalesce(valid, false)) AS valid
         FROM bench WHERE run_id = $run_id AND mode = 'throughput' AND decisions_per_s > 0
         GROUP BY policy, dtype, batch_size, timing, n_cards ORDER BY policy, {dtype_order()}, batch_size, timing, n_cards""",
         run_id,
     ).to_pylist()
+
+
+def _with_intervals(
+    ax: Axes, x: np.ndarray, points: list[dict[str, Any]], value: str, low: str, high: str, color: str
+) -> None:
+    """Points with their 95% intervals as error bars; an invalid row's point is hollow (not a result)."""
+    y = np.array([p[value] for p in points], dtype=float)
+    below = np.array([0.0 if p[low] is None else p[value] - p[low] for p in points])
+    above = np.array([0.0 if p[high] is None else p[high] - p[value] for p in points])
+    ax.errorbar(x, y, yerr=[below, above], fmt="none", ecolor=color, capsize=4, alpha=0.8)
+    valid = np.array([bool(p["valid"]) for p in points])
+    ax.plot(x[valid], y[valid], "o", color=color)
+    ax.plot(x[~valid], y[~valid], "o", markerfacecolor="none", color=color)
+
+
+def _plot_throughput(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
+    rows = _throughput_rows(con, run_id)
     if not rows:
         return "no bench rows with mode throughput in this run"
-    fig, ax = _new_axes("Decisions per second against cards", "cards", "decisions/s")
+    fig, ax = _new_axes("Decisions per second against cards (95% intervals; hollow: invalid)", "cards", "decisions/s")
     for i, (key, points) in enumerate(_series(rows, ("policy", "dtype", "batch_size", "timing")).items()):
         cards = np.array([p["n_cards"] for p in points])
         dps = np.array([p["dps"] for p in points])
         color = f"C{i % 10}"
-        ax.plot(cards, dps, "o-", color=color, label=f"{key[0]} {key[1]} batch {key[2]} ({key[3]})")
+        ax.plot(cards, dps, "-", color=color, label=f"{key[0]} {key[1]} batch {key[2]} ({key[3]})")
+        _with_intervals(ax, cards, points, "dps", "low", "high", color)
         # Ideal: the smallest configuration's per-card rate, times the cards.
         ax.plot(cards, dps[0] / cards[0] * cards, "--", color=color, alpha=0.6)
     ax.plot([], [], "k--", alpha=0.6, label="ideal (linear)")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize="small")
+    fig.savefig(path, dpi=100)
+    return ""
+
+
+def _plot_scaling(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
+    rows = [r for r in _throughput_rows(con, run_id) if r["efficiency"] is not None]
+    if not rows:
+        return "no bench rows with a scaling efficiency in this run"
+    fig, ax = _new_axes("Scaling efficiency against cards (95% intervals; hollow: invalid)", "cards", "tput(k) / (k tput(1))")
+    series = _series(rows, ("policy", "dtype", "batch_size", "timing"))
+    for i, (key, points) in enumerate(series.items()):
+        # Each series a little to the side of the others, so that their intervals can be told apart.
+        cards = np.array([p["n_cards"] for p in points]) + 0.04 * (i - (len(series) - 1) / 2)
+        color = f"C{i % 10}"
+        ax.plot(cards, [p["efficiency"] for p in points], "-", color=color, label=f"{key[0]} {key[1]} batch {key[2]}")
+        _with_intervals(ax, cards, points, "efficiency", "efficiency_low", "efficiency_high", color)
+    ax.axhline(1.0, color="C3", linestyle="--", label="the limit: k cards do at most k times one card's work")
     from matplotlib.ticker import MaxNLocator
 
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -338,6 +386,7 @@ def _series(rows: list[dict[str, Any]], key: tuple[str, ...]) -> dict[tuple[Any,
 
 PLOTS: list[tuple[str, str, Callable[[duckdb.DuckDBPyConnection, str, Path], str]]] = [
     ("Decisions/s against cards", "throughput.png", _plot_throughput),
+    ("Scaling efficiency against cards", "scaling.png", _plot_scaling),
     ("Latency against batch size", "latency.png", _plot_latency),
     ("Card against the golden: error_ratio per dtype", "errors.png", _plot_errors),
 ]

@@ -1,5 +1,5 @@
 """The tables printed at the end of a run: for a sweep, policy x dtype x check kind, pass or fail,
-worst error; for a bench, one line per measurement."""
+worst error; for a bench, one line per measurement with its interval and validity."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from harness.dtypes import LABEL_ORDER
+from harness.judge.bench_stats import QUICK_LOOK, round_trip_dominates
 from harness.judge.kinds import CheckKind
-from harness.store.schema import BenchRow
+from harness.store.schema import BenchRow, CheckRow
 
 
 def measured_over_limit(row: dict[str, Any]) -> float | None:
@@ -42,7 +43,7 @@ def measured_over_limit(row: dict[str, Any]) -> float | None:
             if row.get("return_atol"):
                 return float(row["return_abs_diff"] / row["return_atol"])
             return 0.0 if row.get("return_abs_diff") == 0 else float("inf")
-        case CheckKind.ERROR | CheckKind.CROSS_CARD | CheckKind.BATCH_INVARIANCE:
+        case CheckKind.ERROR | CheckKind.CROSS_CARD | CheckKind.BATCH_INVARIANCE | CheckKind.BENCH_AUDIT:
             return None
         case _:
             assert_never(kind)
@@ -190,23 +191,105 @@ def batch_invariance_lines(checks: pa.Table) -> list[str]:
     return lines
 
 
-def print_bench_summary(rows: list[BenchRow], run_id: str, out: TextIO) -> None:
+def print_bench_summary(rows: list[BenchRow], checks: list[CheckRow], run_id: str, out: TextIO) -> None:
+    """One line per row: its figures, the 95% interval of its headline figure (`ci_of`) and of
+    its scaling efficiency, and whether it is valid; figures of an invalid row are in
+    parentheses, never shown as a result. Then why rows are invalid, where the Ray round trip
+    dominates, and the audit."""
     header = (
-        f"{'mode':<11} {'timing':<10} {'policy':<24} {'dtype':<8} {'device':<17} {'batch':>6} {'first ms':>9} "
-        f"{'p50 ms':>9} {'p99 ms':>9} {'decisions/s':>13} {'scaling':>7}"
+        f"{'mode':<11} {'timing':<10} {'policy':<20} {'dtype':<8} {'device':<17} {'batch':>5} {'first ms':>8} "
+        f"{'p50 ms':>9} {'p99 ms':>9} {'decisions/s':>13} {'max qps':>9}  {'95% interval':<24} {'scaling (95%)':<21} valid"
     )
     print(header, file=out)
     print("-" * len(header), file=out)
     for r in rows:
+        shown = _num if r.valid else _invalid
         print(
-            f"{r.mode:<11} {r.timing:<10} {short_name(r.policy):<24} {r.dtype:<8} {r.device[:17]:<17} "
-            f"{r.batch_size:>6} {_num(r.first_call_ms, 9, '.3f')} "
-            f"{_num(r.p50_ms, 9, '.3f')} {_num(r.p99_ms, 9, '.3f')} {_num(r.decisions_per_s, 13, ',.0f')} "
-            f"{_num(r.scaling_efficiency, 7, '.2f')}",
+            f"{r.mode:<11} {r.timing:<10} {short_name(r.policy)[:20]:<20} {r.dtype:<8} {r.device[:17]:<17} "
+            f"{r.batch_size:>5} {_num(r.first_call_ms, 8, '.3f')} "
+            f"{shown(r.p50_ms, 9, '.3f')} {shown(r.p99_ms, 9, '.3f')} {shown(r.decisions_per_s, 13, ',.0f')} "
+            f"{shown(r.max_qps, 9, ',.0f')}  {_interval(r):<24} {_scaling(r):<21} {'yes' if r.valid else 'NO'}",
             file=out,
         )
-    print(f"run {run_id}: {len(rows)} bench rows", file=out)
+    for line in invalid_lines(rows):
+        print(f"  {line}", file=out)
+    for line in host_bound_lines(rows):
+        print(f"  {line}", file=out)
+    print(f"  {audit_line(checks)}", file=out)
+    n_valid = sum(r.valid for r in rows)
+    verdict = "passed" if all(c.passed for c in checks) else "FAILED"
+    print(f"run {run_id}: {len(rows)} bench rows ({n_valid} valid); audit {verdict}", file=out)
+
+
+def _interval(r: BenchRow) -> str:
+    if r.ci_low is None or r.ci_high is None:
+        return "-"
+    what = {"decisions_per_s": "dec/s"}.get(r.ci_of, r.ci_of.removesuffix("_ms"))
+    text = f"{what} {_short(r.ci_low)} to {_short(r.ci_high)}"
+    return text if r.valid else f"({text})"
+
+
+def _short(value: float) -> str:
+    """Three significant digits, thousands and millions as k and M."""
+    for scale, suffix in ((1e6, "M"), (1e3, "k")):
+        if abs(value) >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def _scaling(r: BenchRow) -> str:
+    if r.scaling_efficiency is None:
+        return "-"
+    text = f"{r.scaling_efficiency:.3f}"
+    if r.scaling_ci_low is not None and r.scaling_ci_high is not None:
+        text += f" [{r.scaling_ci_low:.2f}, {r.scaling_ci_high:.2f}]"
+    return text if r.valid else f"({text})"
+
+
+def invalid_lines(rows: list[BenchRow]) -> list[str]:
+    """Why each invalid row is not a result; a quick look's rows all said in one line."""
+    quick = [r for r in rows if QUICK_LOOK in r.invalid_reason]
+    lines = [f"invalid: {len(quick)} rows are a {_quick_look_of(quick[0])}"] if quick else []
+    return lines + [f"invalid: {r.row_id}: {r.invalid_reason}" for r in rows if not r.valid and r not in quick]
+
+
+def _quick_look_of(row: BenchRow) -> str:
+    return next(reason for reason in row.invalid_reason.split("; ") if QUICK_LOOK in reason)
+
+
+def host_bound_lines(rows: list[BenchRow]) -> list[str]:
+    """Where a card's device time is under half of its end-to-end time, the Ray round trip, not
+    the card, sets the latency a caller sees."""
+    device = {(r.policy, r.dtype, r.batch_size, r.device): r for r in rows if r.mode == "latency" and r.timing == "device"}
+    lines = []
+    for r in rows:
+        mine = device.get((r.policy, r.dtype, r.batch_size, r.device))
+        if r.mode != "latency" or r.timing != "end_to_end" or mine is None or mine.p50_ms is None or r.p50_ms is None:
+            continue
+        if round_trip_dominates(mine.p50_ms, r.p50_ms):
+            lines.append(
+                f"host-bound: {short_name(r.policy)} {r.dtype} batch {r.batch_size} on {r.device}: the Ray round trip "
+                f"dominates (device p50 {mine.p50_ms:.3g} ms of {r.p50_ms:.3g} ms end to end)"
+            )
+    return lines
+
+
+def audit_line(checks: list[CheckRow]) -> str:
+    failed = [c for c in checks if not c.passed]
+    if not checks:
+        return "audit: nothing sampled"
+    if not failed:
+        return f"audit: {len(checks)} outputs sampled from the timed path equal the sweep's run_batch bit for bit"
+    first = failed[0]
+    return (
+        f"FAIL audit: {len(failed)} of {len(checks)} sampled outputs differ from the sweep's run_batch; first: "
+        f"{first.device_a} {short_name(first.policy)} {first.dtype} {first.workload}/{first.output}: {first.detail}"
+    )
 
 
 def _num(value: float | None, width: int, spec: str) -> str:
     return f"{'-':>{width}}" if value is None else f"{value:>{width}{spec}}"
+
+
+def _invalid(value: float | None, width: int, spec: str) -> str:
+    return f"{'-':>{width}}" if value is None else f"{f'({value:{spec}})':>{width}}"

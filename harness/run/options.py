@@ -295,7 +295,7 @@ class SweepConfig(CommonOptions):
 
 @dataclass
 class BenchConfig(CommonOptions):
-    """`harness bench`: latency, throughput across cards, closed-loop decisions/s."""
+    """`harness bench`: latency, throughput across cards, closed-loop decisions/s, the server scenario."""
 
     dtypes: list[str] = redefault(CommonOptions, "dtypes", ["float32"])
     batch_sizes: list[int] = redefault(CommonOptions, "batch_sizes", [1, 8, 256, 4096])
@@ -309,13 +309,66 @@ class BenchConfig(CommonOptions):
         at_least=1,
         nonempty=True,
     )
-    duration: float = option(
-        "--duration",
-        "seconds per measurement: latency budget, throughput window, closed-loop minimum",
-        0.2,
+    windows: int = option(
+        "--windows",
+        "windows per measurement: each row's figure is their median, with a 95% interval from their order statistics "
+        "(at least 6 for one)",
+        12,
+        type=int,
+        metavar="N",
+        at_least=1,
+    )
+    window: float = option(
+        "--window",
+        "seconds per window (a window also holds at least --min-iterations calls)",
+        0.15,
         type=float,
         metavar="S",
         above=0,
+    )
+    min_iterations: int = option(
+        "--min-iterations", "calls per window at least, however long they take", 10, type=int, metavar="N", at_least=1
+    )
+    max_spread: float = option(
+        "--max-spread",
+        "a row is invalid when its 95% interval spans more than this fraction of its figure (the windows disagree)",
+        0.25,
+        type=float,
+        metavar="F",
+        above=0,
+    )
+    duration: float | None = option(
+        "--duration",
+        "a quick look instead: one window of S seconds per measurement (and per server trial); rows say so and are "
+        "never valid",
+        None,
+        type=float,
+        metavar="S",
+        above=0,
+    )
+    latency_bound_ms: float = option(
+        "--latency-bound-ms",
+        "server scenario: the p99 latency that the highest sustained request rate must stay under",
+        20.0,
+        type=float,
+        metavar="MS",
+        above=0,
+    )
+    min_queries: int = option(
+        "--min-queries",
+        "server scenario: requests per trial at least (368 is the fewest whose p99 has a 95% interval)",
+        400,
+        type=int,
+        metavar="N",
+        at_least=1,
+    )
+    inject_fault: list[str] = option(
+        "--inject-fault",
+        "fault in the timed path only, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
+        "fp16-accumulate; the audit against the sweep's path must then fail; repeatable",
+        [],
+        "append",
+        metavar="SPEC",
     )
     env_impl: str = option(
         "--env-impl",
@@ -342,7 +395,7 @@ def add_arguments(parser: argparse.ArgumentParser, config_type: type[CommonOptio
         default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
         kwargs: dict[str, Any] = {
             "dest": f.name,
-            "help": f"{meta.help}{_default_text(meta, default)}",
+            "help": f"{meta.help}{_default_text(meta, default)}".replace("%", "%%"),  # argparse formats help with %
             "default": argparse.SUPPRESS,
         }
         if meta.kind in ("off", "on"):
@@ -472,8 +525,16 @@ def _validate_sweep(config: SweepConfig) -> None:
 
 
 def _validate_bench(config: BenchConfig) -> None:
+    from harness.inference.faults import MODEL_KINDS, parse_faults
+
     if config.cards is not None and config.card_counts and max(config.card_counts) > config.cards:
         raise UsageError(f"--card-counts {_csv(config.card_counts)!r}: more than --cards {config.cards}")
+    for fault in parse_faults(config.inject_fault):
+        if fault.kind not in MODEL_KINDS:
+            raise UsageError(
+                f"--inject-fault {fault}: a bench injects only into its timed path: {', '.join(MODEL_KINDS)}, "
+                "e.g. card0:perturb-weight"
+            )
 
 
 def parse_tolerances(specs: list[str]) -> dict[str, Tolerance]:

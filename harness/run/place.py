@@ -58,6 +58,16 @@ class BenchCard:
     actor: ray.actor.ActorHandle
     description: dict[str, object]
 
+    @property
+    def simulated(self) -> bool:
+        return bool(self.description.get("simulated"))
+
+    @property
+    def one_core(self) -> bool:
+        """A simulated card on one torch thread wants exactly one core: less in a window is starvation.
+        (With more threads, what a card can use depends on what its kernels parallelize.)"""
+        return self.simulated and self.description.get("threads") == 1
+
 
 def cluster_address(address: str | None) -> str | None:
     """The cluster a run joins: `--address`, else RAY_ADDRESS; None for a private local Ray."""
@@ -252,15 +262,21 @@ def place_sweep(
 
 
 def place_bench(
-    kind: Kind, n_cards: int, specs: list[PolicySpec], policies: dict[str, PolicyNet], threads: int, precision: str
+    kind: Kind,
+    n_cards: int,
+    specs: list[PolicySpec],
+    policies: dict[str, PolicyNet],
+    threads: int,
+    precision: str,
+    faults: list[Fault],
 ) -> list[BenchCard]:
-    """A BenchActor per card, one bundle each (a bench judges nothing: no CPU reference). The
-    placement group lives until Ray shuts down."""
+    """A BenchActor per card, one bundle each (a bench has no CPU reference), each with its own
+    timed-path faults. The placement group lives until Ray shuts down."""
     group = reserve(kind, n_cards, "PACK", cpu_bundle=False)
     actors = [
         ray.remote(BenchActor)
         .options(**card_options(kind, group, position, {}))
-        .remote(kind, position, specs, threads, precision)
+        .remote(kind, position, specs, threads, precision, [f for f in faults if f.applies_to(position)])
         for position in range(n_cards)
     ]
     descriptions = wait_described(actors)

@@ -1,4 +1,4 @@
-"""The four tables as rows: one dataclass per table, the Parquet schema derived from its fields.
+"""The tables as rows: one dataclass per table, the Parquet schema derived from its fields.
 
 These are the public columns (README, "Results"); the writer stores them and `harness query`
 reads them. Nothing here knows how a row was computed.
@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 
 import pyarrow as pa
 
-TABLES = ("runs", "checks", "episodes", "bench")
+TABLES = ("runs", "checks", "episodes", "bench", "bench_samples")
 
 
 @dataclass
@@ -93,12 +93,16 @@ class EpisodeRow:
 
 @dataclass
 class BenchRow:
+    """One measurement of `harness bench` (README, "Speed"). Its figures come from the windows
+    kept in `bench_samples` under the same `row_id`; `ci_low`/`ci_high` bound the column that
+    `ci_of` names, and `valid` says whether the row is a result (`invalid_reason` says why not)."""
+
     policy: str
     dtype: str
     device: str
     n_cards: int
     batch_size: int
-    mode: str  # latency, throughput, closed_loop
+    mode: str  # latency, throughput, closed_loop, server
     first_call_ms: float | None
     p50_ms: float | None
     p95_ms: float | None
@@ -108,6 +112,36 @@ class BenchRow:
     scaling_efficiency: float | None
     timing: str  # device (inside the actor) or end_to_end (through Ray)
     detail: str
+    row_id: str = ""
+    valid: bool = False
+    invalid_reason: str = ""
+    ci_of: str = ""  # p50_ms (latency), decisions_per_s (throughput, closed_loop), p99_ms (server)
+    ci_low: float | None = None
+    ci_high: float | None = None
+    scaling_ci_low: float | None = None  # throughput at k > 1 cards: the interval of scaling_efficiency
+    scaling_ci_high: float | None = None
+    windows: int | None = None  # windows kept (server: queries in the trial at max_qps)
+    cpu_share: float | None = None  # simulated cards: the least share of a core any card got (median over windows)
+    max_qps: float | None = None  # server: the highest request rate whose p99 stayed under latency_bound_ms
+    latency_bound_ms: float | None = None
+
+
+@dataclass
+class BenchSampleRow:
+    """One raw timing behind a `bench` row: a call's latency (latency, server), or one card's
+    decisions/s in a window (throughput, closed_loop). `kept` marks what the row's figures come
+    from: windows a starved simulated card ran are measured again and left out, and of a server
+    search only the trial at max_qps is kept."""
+
+    row_id: str
+    window_index: int  # the window (server: the trial) within the row, from 0 (`window` is an SQL keyword)
+    sample: int  # the call within the window (latency, server); 0 for a window's throughput
+    device: str  # the card timed (server: the card that served the request)
+    latency_ms: float | None
+    decisions_per_s: float | None
+    cpu_share: float | None  # of the card's process in the window (device timing)
+    kept: bool
+    offered_qps: float | None = None  # server: the trial's arrival rate
 
 
 @dataclass
@@ -144,4 +178,5 @@ SCHEMAS = {
     "checks": schema_of(CheckRow),
     "episodes": schema_of(EpisodeRow),
     "bench": schema_of(BenchRow),
+    "bench_samples": schema_of(BenchSampleRow),
 }

@@ -34,6 +34,13 @@ def to_table(table: str, rows: list[Any]) -> pa.Table:
     return pa.Table.from_pylist([asdict(r) for r in rows], schema=SCHEMAS[table])
 
 
+def columns_table(table: str, columns: dict[str, Any]) -> pa.Table:
+    """A table given column by column (numpy arrays or lists, NaN read as null): thousands of rows
+    without a dataclass each."""
+    schema = SCHEMAS[table]
+    return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type, from_pandas=True) for f in schema], schema=schema)
+
+
 def write_atomic(table: pa.Table, path: Path) -> Path:
     """Write `table` to `path` (which the callers check lies in the results) whole or not at all."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -47,6 +54,10 @@ def write_atomic(table: pa.Table, path: Path) -> Path:
 
 def write_rows(results: Path, table: str, run_id: str, rows: list[Any], part: str = "part-0") -> Path:
     return write_atomic(to_table(table, rows), table_dir(results, table, run_id) / f"{part}.parquet")
+
+
+def write_columns(results: Path, table: str, run_id: str, columns: dict[str, Any]) -> Path:
+    return write_atomic(columns_table(table, columns), table_dir(results, table, run_id) / "part-0.parquet")
 
 
 def read_run(results: Path, run_id: str) -> list[dict[str, Any]]:

@@ -1,0 +1,193 @@
+"""The statistics of `harness bench`: percentiles as the SQL reads them, distribution-free
+intervals from order statistics, and the rules that make a bench row valid. Pure numpy: samples
+in, figures and reasons out; nothing here knows Ray, a card or a clock.
+
+A row's percentiles pool every sample of its kept windows and interpolate linearly between order
+statistics: numpy's default and DuckDB's `quantile_cont`, so `bench_samples` gives back each
+row's figures in SQL. Its interval holds the median of the windows' figures (or the p99 of one
+server trial) with at least 95% confidence, from the binomial law of order statistics: no
+assumption on the shape of the distribution, only that windows (or calls) are independent
+draws, which the agreement rule checks as far as it can.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+
+CONFIDENCE = 0.95
+QUANTILE_METHOD: Final = "linear"  # numpy's default; DuckDB's quantile_cont and median
+# A simulated card on one thread is one process that wants one core: in a window where it got
+# less than this share of a core, something else ran there (another card, the driver, other work
+# on the machine), and the window measured the machine's load, not the card.
+STARVED_SHARE = 0.9
+# The Ray round trip dominates a call where the card's own time is under this share of the
+# end-to-end time.
+DEVICE_SHARE_HOST_BOUND = 0.5
+
+
+@dataclass(frozen=True)
+class Interval:
+    """[low, high] = [x_(lower), x_(upper)] of the sorted values: holds the quantile with at
+    least `coverage` probability."""
+
+    low: float
+    high: float
+    lower: int  # 1-based ranks in the sorted values
+    upper: int
+    coverage: float
+
+
+def quantiles(samples: np.ndarray, qs: list[float]) -> list[float]:
+    """Percentiles by the same definition as DuckDB's quantile_cont."""
+    values = np.quantile(np.asarray(samples, dtype=np.float64), np.asarray(qs, dtype=np.float64), method=QUANTILE_METHOD)
+    return [float(v) for v in values]
+
+
+def binomial_cdf(n: int, p: float) -> np.ndarray:
+    """P(B <= k) for k = 0..n, B ~ Binomial(n, p), 0 < p < 1."""
+    k = np.arange(1, n + 1, dtype=np.float64)
+    log_choose = np.concatenate([[0.0], np.cumsum(np.log(n - k + 1) - np.log(k))])
+    ks = np.arange(n + 1, dtype=np.float64)
+    pmf = np.exp(log_choose + ks * math.log(p) + (n - ks) * math.log1p(-p))
+    return np.minimum(np.cumsum(pmf), 1.0)
+
+
+def order_statistic_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int, int, float] | None:
+    """The ranks (lower, upper) of the equal-tailed distribution-free interval of the q-quantile
+    from n independent samples, and its exact coverage; None when n is too few for one.
+
+    The population's q-quantile lies below x_(l) when fewer than l samples fall under it, which
+    has probability P(B <= l - 1) for B ~ Binomial(n, q); l is the largest rank that keeps this
+    tail within (1 - confidence) / 2, u the smallest that keeps the other. For the median at 95%
+    that takes 6 samples ([x_(1), x_(6)], 96.9%); for p99, 368.
+    """
+    if n < 1:
+        return None
+    alpha = (1.0 - confidence) / 2.0
+    cdf = binomial_cdf(n, q)
+    lower = int(np.searchsorted(cdf, alpha, side="right"))
+    upper = int(np.searchsorted(cdf, 1.0 - alpha, side="left")) + 1
+    if lower < 1 or upper > n:
+        return None
+    return lower, upper, float(cdf[upper - 1] - cdf[lower - 1])
+
+
+def quantile_interval(values: np.ndarray, q: float, confidence: float = CONFIDENCE) -> Interval | None:
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    ranks = order_statistic_ranks(len(ordered), q, confidence)
+    if ranks is None:
+        return None
+    lower, upper, coverage = ranks
+    return Interval(float(ordered[lower - 1]), float(ordered[upper - 1]), lower, upper, coverage)
+
+
+def median_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> Interval | None:
+    return quantile_interval(values, 0.5, confidence)
+
+
+def fewest_samples(q: float, confidence: float = CONFIDENCE) -> int:
+    """The fewest samples whose order statistics bound the q-quantile at `confidence`."""
+    n = 1
+    while order_statistic_ranks(n, q, confidence) is None:
+        n += 1
+    return n
+
+
+MIN_WINDOWS = fewest_samples(0.5)  # 6: fewer windows give no 95% interval of their median
+
+
+def round_efficiencies(one_card: np.ndarray, k_cards: np.ndarray, k: int) -> np.ndarray:
+    """Scaling efficiency of each round: tput(k) / (k * tput(1)), the two windows of a round run
+    back to back so that load that comes and goes falls on both."""
+    return np.asarray(k_cards, dtype=np.float64) / (k * np.asarray(one_card, dtype=np.float64))
+
+
+def is_starved(cpu_share: float) -> bool:
+    return cpu_share < STARVED_SHARE
+
+
+def round_trip_dominates(device_ms: float, end_to_end_ms: float) -> bool:
+    return device_ms < DEVICE_SHARE_HOST_BOUND * end_to_end_ms
+
+
+# ---- validity: each rule gives its reason, or None where the row meets it -------------------
+
+
+def too_few_windows(wanted: int) -> str | None:
+    if wanted >= MIN_WINDOWS:
+        return None
+    return f"{wanted} windows: a {CONFIDENCE:.0%} interval of their median needs at least {MIN_WINDOWS}"
+
+
+def starved(kept: int, measured: int, wanted: int) -> str | None:
+    """Windows in which a simulated card was starved are measured again, up to as many more; the
+    row is valid only when enough windows gave every card its core."""
+    if kept >= wanted:
+        return None
+    return (
+        f"cards starved: {measured - kept} of {measured} windows gave a card under {STARVED_SHARE:.0%} of a core, "
+        f"{kept} kept of {wanted} wanted"
+    )
+
+
+def too_few_iterations(calls: list[int], minimum: int) -> str | None:
+    short = [c for c in calls if c < minimum]
+    if not short:
+        return None
+    return f"{len(short)} of {len(calls)} windows held fewer than {minimum} iterations (fewest {min(short)})"
+
+
+def too_few_for_percentile(n: int, q: float) -> str | None:
+    """A percentile from fewer than 1 / (1 - q) samples is the largest sample, not a percentile."""
+    needed = math.ceil(round(1.0 / (1.0 - q), 9))
+    if n >= needed:
+        return None
+    return f"p{q * 100:g} from {n} samples (it needs at least {needed})"
+
+
+def too_few_for_interval(n: int, q: float) -> str | None:
+    """A figure is a result only with an interval: its p_q needs `fewest_samples(q)` samples."""
+    needed = fewest_samples(q)
+    if n >= needed:
+        return None
+    return f"p{q * 100:g} from {n} samples has no {CONFIDENCE:.0%} interval (it needs at least {needed})"
+
+
+def windows_disagree(median: float, interval: Interval, max_spread: float, what: str) -> str | None:
+    """Windows that disagree by more than `max_spread` of their median measured a machine that
+    changed under them, not one figure."""
+    spread = (interval.high - interval.low) / median if median > 0 else math.inf
+    if spread <= max_spread:
+        return None
+    return (
+        f"windows disagree: the {what} interval {interval.low:.4g} to {interval.high:.4g} spans {spread:.0%} of the "
+        f"median, above the {max_spread:.0%} bound"
+    )
+
+
+def efficiency_above_one(interval: Interval) -> str | None:
+    """k cards cannot do more than k times one card's work: an interval wholly above 1 says the
+    one-card windows were slowed by something the k-card windows were not."""
+    if interval.low <= 1.0:
+        return None
+    return (
+        f"scaling efficiency interval {interval.low:.3f} to {interval.high:.3f} lies above 1, which k cards cannot "
+        "reach: the 1-card windows were slowed by something else"
+    )
+
+
+QUICK_LOOK = "quick look"
+
+
+def quick_look(duration_s: float) -> str:
+    return f"{QUICK_LOOK} (--duration {duration_s:g}): one window, no interval"
+
+
+def invalid_reason(reasons: Iterable[str | None]) -> str:
+    """The rules a row failed, joined; empty for a valid row."""
+    return "; ".join(r for r in reasons if r)
