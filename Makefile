@@ -7,11 +7,6 @@ PY := $(VENV)/bin/python
 ARGS ?=
 INSTALL := scripts/install_venv.sh
 
-# CI's second run: the suite again with the real torch-npu wheel installed next to torch and no
-# CANN, so `import torch_npu` fails as it does on any machine without the Ascend toolkit.
-NPU_VENV ?= .venv-npu
-NPU_PY := $(NPU_VENV)/bin/python
-
 # Ascend's torch_npu for each torch of the support matrix (README), and the wheels whose Python
 # sources `make test-npu-api` checks every name the harness uses against.
 TORCH_NPU_2.6.0 := 2.6.0.post5
@@ -25,19 +20,16 @@ CI_TORCH := 2.6.0 2.9.0
 TORCH ?=
 NPU_SOURCES := .cache/torch-npu
 
-.PHONY: venv venv-npu sweep test test-fast lint test-npu-wheel test-torch test-npu-api bench clean
+.PHONY: venv sweep test test-fast lint test-torch test-matrix test-npu-api bench clean
 
 venv: $(VENV)/.installed
 
+# The venv holds the real torch-npu wheel next to torch (the harness's own `npu` extra: pip must
+# pick the 2.13 wheel and leave torch be). Without CANN `import torch_npu` fails, as on any machine
+# that installed `.[npu]` without the toolkit, so every test, and every process Ray starts for
+# one, proves the device-backend guard comes before torch.
 $(VENV)/.installed: pyproject.toml $(INSTALL)
-	$(INSTALL) $(VENV) 2.13.0
-	touch $@
-
-# torch-npu from the harness's own `npu` extra: pip must pick the 2.13 wheel and leave torch be.
-venv-npu: $(NPU_VENV)/.installed
-
-$(NPU_VENV)/.installed: pyproject.toml $(INSTALL)
-	$(INSTALL) $(NPU_VENV) 2.13.0 extra
+	$(INSTALL) $(VENV) 2.13.0 extra
 	touch $@
 
 # A venv per torch of the range, with Ascend's torch-npu for it (installed without its
@@ -46,6 +38,8 @@ $(NPU_VENV)/.installed: pyproject.toml $(INSTALL)
 	@test -n "$(TORCH_NPU_$*)" || { echo "no torch-npu is paired with torch $* (Makefile: TORCH_NPU_*)"; exit 2; }
 	$(INSTALL) .venv-torch-$* $* $(TORCH_NPU_$*)
 	touch $@
+# Made on the way to `test-torch-%`, and kept: make would delete it as an intermediate file.
+.PRECIOUS: .venv-torch-%/.installed
 
 sweep: venv
 	$(VENV)/bin/harness sweep $(ARGS)
@@ -63,24 +57,18 @@ lint: venv
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
 
-# Each test file alone in a fresh process (quick tests, two at a time), so each proves on its
-# own that the device-backend guard comes before torch; then the end-to-end tests of the sweep,
-# the bench and `ray job submit`, which prove it in every process Ray starts (actors, the job's
-# entry point).
-NPU_SLOW := tests/test_sweep.py tests/test_bench.py tests/test_job_submit.py
-
-test-npu-wheel: venv-npu
-	@$(NPU_PY) -c "from importlib.metadata import version as v; import harness.devices as d; \
-		print('torch', v('torch'), '| torch-npu', v('torch-npu'), '| npu available:', *d.accelerator('npu').detect())"
-	scripts/test_files_alone.sh $(NPU_PY) $(ARGS)
-	$(NPU_PY) -m pytest -q -ra -m slow $(ARGS) $(NPU_SLOW)
-
 # The quick tests, one small sweep and the torch_npu API check with another torch of the range:
 # `make test-torch TORCH=2.6.0`.
 test-torch:
 	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=2.6.0 (CI runs $(CI_TORCH))"; exit 2; }
-	$(MAKE) .venv-torch-$(TORCH)/.installed
-	scripts/test_torch.sh .venv-torch-$(TORCH) $(ARGS)
+	$(MAKE) test-torch-$(TORCH)
+
+test-torch-%: .venv-torch-%/.installed
+	scripts/test_torch.sh .venv-torch-$* $(ARGS)
+
+# CI's torches two at a time (installs and tests), each one's output printed together when it ends.
+test-matrix:
+	$(MAKE) -j2 --output-sync=target $(addprefix test-torch-,$(CI_TORCH))
 
 # Every torch_npu name the harness uses, against the Python sources of every supported wheel
 # (downloaded once into $(NPU_SOURCES), unpacked, never imported).
@@ -97,4 +85,4 @@ bench: venv
 	$(PY) -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) $(NPU_VENV) .venv-torch-* $(NPU_SOURCES) .pytest_cache
+	rm -rf $(VENV) .venv-torch-* $(NPU_SOURCES) .pytest_cache

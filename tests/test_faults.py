@@ -28,9 +28,12 @@ def test_a_units_deadline_is_a_multiple_of_what_the_others_took_over_it_never_le
     watch = _watch(cards=2, hang_timeout_s=3.0)
     share = Share("cartpole float32 normal-b64-s0", "u1", [])
     assert watch.deadline_s(1, share) == 3.0, "nothing measured yet: the floor"
-    watch.took["u1"] = {0: 0.2, 2: 0.9}
-    assert watch.deadline_s(1, share) == pytest.approx(HANG_MULTIPLE * 0.9), "the slowest other actor sets it"
-    assert watch.deadline_s(2, share) == pytest.approx(max(3.0, HANG_MULTIPLE * 0.2)), "an actor's own time never counts"
+    watch.took["u1"] = {0: 0.4, 2: 0.9}
+    assert watch.deadline_s(1, share) == pytest.approx(HANG_MULTIPLE * 0.4), "the fastest other actor sets it"
+    assert watch.deadline_s(0, share) == pytest.approx(HANG_MULTIPLE * 0.9), "an actor's own time never counts"
+    watch.took["u1"][3] = 30.0  # a card that died and restarted over the unit
+    assert watch.deadline_s(1, share) == pytest.approx(HANG_MULTIPLE * 0.4), "nor does another's restart"
+    assert watch.deadline_s(2, share) == pytest.approx(max(3.0, HANG_MULTIPLE * 0.4))
     watch.longest = 1.5
     later = Share("cartpole float32 episodes-deterministic-4x-s0-lockstep", "u2", [])
     assert watch.deadline_s(0, later) == pytest.approx(HANG_MULTIPLE * 1.5), "none finished it: the longest share so far"

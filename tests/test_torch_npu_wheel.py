@@ -1,4 +1,4 @@
-"""The harness against the real torch_npu wheel, where one is installed (`make test-npu-wheel`,
+"""The harness against the real torch_npu wheel, where one is installed (`make test`,
 `make test-torch TORCH=...`), and against the sources of every supported wheel (`make test-npu-api`).
 
 Without the Ascend CANN toolkit `import torch_npu` fails, so the wheel cannot be driven here. What
@@ -30,7 +30,7 @@ def installed_wheel() -> Path:
     """The installed torch_npu package folder, found without importing it (that needs CANN)."""
     spec = importlib.util.find_spec("torch_npu")
     if spec is None or spec.origin is None:
-        pytest.skip("torch_npu is not installed here; `make test-npu-wheel` runs this against the real wheel")
+        pytest.skip("torch_npu is not installed here; `make test` installs it")
     return Path(spec.origin).parent
 
 
@@ -228,7 +228,7 @@ def class_attributes(node: ast.ClassDef) -> set[str]:
 @pytest.mark.parametrize("package", wheel_sources() or [None], ids=lambda p: p.parent.name if p else "no-wheel")
 def test_every_torch_npu_name_the_harness_uses_is_defined_in_the_installed_wheel(package: Path | None) -> None:
     if package is None:
-        pytest.skip("torch_npu is not installed here; `make test-npu-wheel` and `make test-npu-api` run this")
+        pytest.skip("torch_npu is not installed here; `make test` and `make test-npu-api` run this")
     assert (package / "__init__.py").is_file(), f"{package} is not a torch_npu package folder"
     sources = WheelSources(package)
     missing = [path for path in TORCH_NPU_API if not sources.defines(path)]
@@ -259,3 +259,33 @@ def test_with_the_real_wheel_every_read_answers_and_says_why_the_npu_is_unusable
     assert all(v.startswith("unreadable: RuntimeError: torch_npu is not importable (") for v in npu_settings.values())
     assert found["local"]["devices"] == []
     assert found["runtime"]["torch_npu"] == found["runtime"]["cann"] == ""
+
+
+ENTRY_POINTS = {
+    # What each way in imports first, then torch itself, as the process Ray or a user starts would.
+    "harness info": ["-m", "harness", "info"],
+    "ray job submit's entry point": ["jobs/sweep.py", "--help"],
+    "an actor's worker": ["-c", "import actors.policy_actor, actors.bench_actor, torch; torch.ones(1)"],
+    "the benchmarks": ["-c", "import benchmarks.card_scaling, torch; torch.ones(1)"],
+}
+
+
+@pytest.mark.parametrize("argv", ENTRY_POINTS.values(), ids=ENTRY_POINTS.keys())
+def test_every_way_in_sets_the_guard_before_torch_with_the_real_wheel(argv: list[str]) -> None:
+    """With the wheel installed and no CANN, torch's backend autoload imports torch_npu and fails
+    unless TORCH_DEVICE_BACKEND_AUTOLOAD=0 is set first: each entry point, in a fresh process whose
+    environment lacks it, must set it itself."""
+    installed_wheel()
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    proc = subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, env=env, cwd=DEVICES.parents[1], timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_without_the_guard_torch_does_not_import_beside_the_wheel() -> None:
+    """What the test above would miss if it could not fail: torch alone, with no guard, fails."""
+    installed_wheel()
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_DEVICE_BACKEND_AUTOLOAD"}
+    unguarded = subprocess.run([sys.executable, "-c", "import torch"], capture_output=True, text=True, env=env, timeout=300)
+    assert unguarded.returncode != 0 and "TORCH_DEVICE_BACKEND_AUTOLOAD" in unguarded.stderr

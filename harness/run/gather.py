@@ -13,9 +13,10 @@ a bound and naming what was lost (`RunIncomplete`), where Ray cannot recover:
 
 The driver sees each actor as a lane: its shares of the units, in the order it runs them (Ray runs
 an actor's tasks in submission order). The first share is the one running; it started when the
-share before it came back. Its deadline is HANG_MULTIPLE times the longest another actor took over
-the same unit (where none has finished it yet: the longest any share took so far), and never less
-than --hang-timeout.
+share before it came back. Its deadline is HANG_MULTIPLE times the shortest another actor took
+over the same unit, what the unit takes where nothing went wrong (the longest would count another
+card's restart: a card that died once made a 4-card sweep wait 67 s for one that hung), where none
+has finished it yet the longest any share took so far, and never less than --hang-timeout.
 
 A card that Ray restarted on another node is another card: each result says where it was computed
 (`Produced`), a card's results are labelled by the node that computed them, and a unit whose
@@ -244,7 +245,7 @@ class Watch:
 
     def deadline_s(self, lane: int, share: Share) -> float:
         others = [s for i, s in self.took.get(share.unit_id or "", {}).items() if i != lane]
-        return max(self.hang_timeout_s, HANG_MULTIPLE * max(others, default=self.longest))
+        return max(self.hang_timeout_s, HANG_MULTIPLE * min(others, default=self.longest))
 
     def _advance(self, index: int, lane: Lane, now: float) -> None:
         while lane.shares:
