@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
@@ -41,11 +41,11 @@ from harness.judge.bench_stats import (
     round_efficiencies,
     too_few_for_percentile,
 )
-from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import judge_bench_audit
 from harness.outputs import Outputs
 from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
+from harness.run.dispatch import check_row
 from harness.run.budget import check_cards, check_memory, estimate, expected_cards
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
 from harness.run.options import BenchConfig
@@ -566,20 +566,15 @@ def audit(measured: list[Measurement]) -> list[CheckRow]:
             key = (s.card.label, w.policy, w.dtype, w.batch.sha256)
             if key not in reference:
                 reference[key] = ray.get(s.card.actor.run_batch.remote(w.policy, w.dtype, w.batch.obs, w.batch.noise))
-            for check in judge_bench_audit(s.card.label, s.outputs, reference[key]):
-                rows.append(
-                    CheckRow(
-                        unit_id=s.row_id,
-                        policy=w.policy,
-                        dtype=w.dtype,
-                        workload=w.batch.name,
-                        output=check.output,
-                        kind=CheckKind.BENCH_AUDIT,
-                        device_a=check.device_a,
-                        device_b=check.device_b,
-                        input_sha256=w.batch.sha256,
-                        gating=check.gating,
-                        **asdict(check.result),
-                    )
+            rows += [
+                check_row(
+                    check,
+                    unit_id=s.row_id,
+                    policy=w.policy,
+                    dtype=w.dtype,
+                    workload=w.batch.name,
+                    input_sha256=w.batch.sha256,
                 )
+                for check in judge_bench_audit(s.card.label, s.outputs, reference[key])
+            ]
     return rows

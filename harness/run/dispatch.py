@@ -189,19 +189,19 @@ def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathere
             assert_never(work)
 
 
-def check_row(unit: Unit, check: Check) -> CheckRow:
+def check_row(check: Check, *, unit_id: str, policy: str, dtype: str, workload: str, input_sha256: str) -> CheckRow:
     """Where the comparison was made (unit, output, devices) beside what it measured and judged,
-    the measured fields taken by name from the judge's record."""
+    the measured fields taken by name from the judge's record: a sweep's unit or a bench's row."""
     return CheckRow(
-        unit_id=unit.unit_id,
-        policy=unit.policy,
-        dtype=unit.dtype,
-        workload=unit.workload,
+        unit_id=unit_id,
+        policy=policy,
+        dtype=dtype,
+        workload=workload,
         output=check.output,
         kind=check.kind,
         device_a=check.device_a,
         device_b=check.device_b,
-        input_sha256=unit.work.input_sha256,
+        input_sha256=input_sha256,
         gating=check.gating,
         **asdict(check.result),
     )

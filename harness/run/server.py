@@ -37,16 +37,14 @@ from harness.run.place import BenchCard
 from harness.store.schema import BenchRow
 from harness.workloads import poisson_arrivals
 
-# The search probes: it brackets the bound by doubling up or halving down from its first rate,
-# then bisects the bracket in log-rate until its ends are within RESOLUTION of each other. A probe
-# sends PROBE_QUERIES requests, the fewest whose p99 is a percentile and not the largest call;
-# the rate found is then confirmed by a trial of the full size (`--min-queries`), and where that
-# misses, one RESOLUTION lower, at most MAX_CONFIRMS times. Only a confirmed rate is a result.
+# The search: it brackets the bound by doubling up or halving down from its first rate, then
+# bisects the bracket in log-rate until its ends are within RESOLUTION of each other. Every trial
+# has the full size (`--min-queries` requests, and TRIAL_BOUNDS bounds long): probes of 100
+# requests were seen to meet the bound at rates that no full trial then met, which left a row
+# without a rate however its search ended.
 RESOLUTION = 0.1
-MAX_TRIALS = 8
+MAX_TRIALS = 10
 MAX_HALVINGS = 3  # a bound missed at an eighth of the first rate is called out of reach
-PROBE_QUERIES = 100
-MAX_CONFIRMS = 3
 # A trial lasts at least this many latency bounds: a rate the cards cannot sustain builds a queue
 # that grows with the trial's length, not its count, and at 1 + RESOLUTION times what they sustain
 # it reaches one bound only after 1 / RESOLUTION bounds. Shorter trials pass overloaded rates.
@@ -69,62 +67,48 @@ class Trial:
 
 @dataclass(frozen=True)
 class Search:
-    best: Trial | None  # the highest rate whose full trial met the bound
+    best: Trial | None  # the highest rate whose trial met the bound
     missed: Trial | None  # the lowest rate tried that did not
     trials: list[Trial]
 
 
 def find_max_rate(
-    probe: Callable[[float], Trial],
-    confirm: Callable[[float], Trial],
+    trial: Callable[[float], Trial],
     start_qps: float,
     resolution: float = RESOLUTION,
     max_trials: int = MAX_TRIALS,
     max_halvings: int = MAX_HALVINGS,
-    max_confirms: int = MAX_CONFIRMS,
 ) -> Search:
-    """The highest rate at which a full trial (`confirm`) meets its bound, found with `probe`s to
-    within `resolution` where `max_trials` allow: double from `start_qps` until a miss, or halve
-    until a hit (at most `max_halvings` times), bisect between the highest hit and the lowest
-    miss, then confirm the highest hit, stepping down by `resolution` while confirmations miss."""
+    """The highest rate at which a trial meets its bound, to within `resolution` where
+    `max_trials` allow: double from `start_qps` until a miss, or halve until a hit (at most
+    `max_halvings` times), then bisect between the highest hit and the lowest miss."""
     trials: list[Trial] = []
     hit: Trial | None = None
     missed: Trial | None = None
 
-    def tried(run: Callable[[float], Trial], rate: float) -> Trial:
+    def tried(rate: float) -> None:
         nonlocal hit, missed
-        trial = run(rate)
-        trials.append(trial)
-        if trial.met:
-            hit = trial
-        elif missed is None or trial.rate_qps < missed.rate_qps:
-            missed = trial
-        return trial
+        trials.append(run := trial(rate))
+        if run.met:
+            hit = run
+        else:
+            missed = run
 
-    tried(probe, start_qps)
+    tried(start_qps)
     halvings = 0
     while len(trials) < max_trials and (hit is None) != (missed is None):
         if hit is not None:
-            tried(probe, hit.rate_qps * 2)
+            tried(hit.rate_qps * 2)
         elif missed is not None and halvings < max_halvings:
-            tried(probe, missed.rate_qps / 2)
+            tried(missed.rate_qps / 2)
             halvings += 1
         else:
             break
     while hit is not None and missed is not None and missed.rate_qps > hit.rate_qps * (1 + resolution):
         if len(trials) >= max_trials:
             break
-        tried(probe, math.sqrt(hit.rate_qps * missed.rate_qps))
-    best = None
-    rate = hit.rate_qps if hit is not None else None
-    for _ in range(max_confirms if rate is not None else 0):
-        assert rate is not None
-        confirmed = tried(confirm, rate)
-        if confirmed.met:
-            best = confirmed
-            break
-        rate /= 1 + resolution
-    return Search(best, missed, trials)
+        tried(math.sqrt(hit.rate_qps * missed.rate_qps))
+    return Search(hit, missed, trials)
 
 
 def run_trial(cards: list[BenchCard], w: Measured, rate_qps: float, n: int, seed: int, bound_ms: float) -> Trial:
@@ -198,10 +182,10 @@ def _server(cards: list[BenchCard], w: Measured, alone: BenchRow, config: BenchC
     assert alone.p99_ms is not None and alone.mean_ms is not None  # a latency row always has them
     row_id = f"server/{w.policy}/{w.dtype}/b{w.batch.size}/k{len(cards)}"
 
-    def requests(rate: float, at_least: int) -> int:
+    def requests(rate: float) -> int:
         if windows.quick:
             return max(1, round(rate * windows.seconds))
-        return max(at_least, math.ceil(rate * max(windows.seconds, TRIAL_BOUNDS * bound / 1e3)))
+        return max(config.min_queries, math.ceil(rate * max(windows.seconds, TRIAL_BOUNDS * bound / 1e3)))
 
     reasons: list[str | None]
     if alone.p99_ms > bound:
@@ -210,8 +194,7 @@ def _server(cards: list[BenchCard], w: Measured, alone: BenchRow, config: BenchC
         reasons = [f"the bound is under the unloaded end-to-end p99 ({alone.p99_ms:.3g} ms): no rate meets it"]
     else:
         search = find_max_rate(
-            lambda rate: run_trial(cards, w, rate, requests(rate, PROBE_QUERIES), config.seed, bound),
-            lambda rate: run_trial(cards, w, rate, requests(rate, config.min_queries), config.seed, bound),
+            lambda rate: run_trial(cards, w, rate, requests(rate), config.seed, bound),
             len(cards) * 1e3 / alone.mean_ms,
         )
         reasons = _search_reasons(search, bound)
@@ -266,7 +249,7 @@ def _search_reasons(search: Search, bound: float) -> list[str | None]:
     if search.best is None:
         lowest = min((t for t in search.trials if not t.met), key=lambda t: t.rate_qps)
         return [
-            f"no rate met the bound in a full trial: p99 {lowest.p99_ms:.3g} ms > {bound:g} ms at {lowest.rate_qps:.3g} qps "
+            f"no rate met the bound: p99 {lowest.p99_ms:.3g} ms > {bound:g} ms at {lowest.rate_qps:.3g} qps "
             f"({len(lowest.latencies_ms)} requests)"
         ]
     if search.missed is None:

@@ -236,7 +236,17 @@ def _fan_out_and_judge(
                     scores=head_name(policy),
                 )
                 checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
-                rows = [check_row(unit, c) for c in errors + checks]
+                rows = [
+                    check_row(
+                        c,
+                        unit_id=unit.unit_id,
+                        policy=unit.policy,
+                        dtype=unit.dtype,
+                        workload=unit.workload,
+                        input_sha256=unit.work.input_sha256,
+                    )
+                    for c in errors + checks
+                ]
                 if isinstance(unit.work, BatchWork):
                     localize_failures(placement, watch, policy, unit, rows, rules, layers)
             with phases("write"):
