@@ -47,6 +47,12 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(["harness", *args], code, out.getvalue(), err.getvalue())
 
 
+def sweep_on(address: str, results: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`harness sweep ARGS` in this process, on simulated cards of the cluster at `address`, into
+    `results`."""
+    return cli("sweep", *args, "--accelerator", "cpu", "--no-progress", "--address", address, "--results", str(results))
+
+
 def assert_usage_error(proc: subprocess.CompletedProcess[str], *words: str) -> None:
     """Exit 2 with one line on stderr, no traceback, naming what was wrong."""
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]

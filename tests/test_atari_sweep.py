@@ -13,7 +13,7 @@ import pytest
 
 from tests.builders import write_zoo_files
 from tests.conftest import Head
-from tests.helpers import cli, read_table
+from tests.helpers import read_table, sweep_on
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +40,9 @@ def swept(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> Path:
     wrapper = "stable_baselines3.common.atari_wrappers.AtariWrapper"
     write_zoo_files(folder, ENV_ID, [("env_wrapper", [wrapper]), ("frame_stack", 4), ("policy", "CnnPolicy")])
     results = folder / "results"
-    proc = cli(
-        "sweep",
+    proc = sweep_on(
+        ray_head.address,
+        results,
         "--policy",
         str(zip_path),
         "--dtypes",
@@ -50,15 +51,8 @@ def swept(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> Path:
         "1,8",
         "--episodes",
         "1",
-        "--accelerator",
-        "cpu",
         "--cards",
         "2",
-        "--address",
-        ray_head.address,
-        "--no-progress",
-        "--results",
-        str(results),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return results

@@ -13,7 +13,7 @@ import torch
 
 from harness.policies import CARTPOLE_ZIP
 from tests.conftest import Head
-from tests.helpers import cli, read_table
+from tests.helpers import read_table, sweep_on
 from tests.builders import OnnxableSB3Policy, write_zoo_run
 
 pytestmark = pytest.mark.slow
@@ -40,8 +40,9 @@ def own(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def swept(own: dict[str, Path], ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> Path:
     results = tmp_path_factory.mktemp("own-results")
-    proc = cli(
-        "sweep",
+    proc = sweep_on(
+        ray_head.address,
+        results,
         "--policy",
         str(own["zip"]),
         "--policy",
@@ -56,15 +57,8 @@ def swept(own: dict[str, Path], ray_head: Head, tmp_path_factory: pytest.TempPat
         "float32",
         "--batch-sizes",
         "1,8",
-        "--accelerator",
-        "cpu",
         "--cards",
         "2",
-        "--no-progress",
-        "--address",
-        ray_head.address,
-        "--results",
-        str(results),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return results

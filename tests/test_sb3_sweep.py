@@ -17,7 +17,7 @@ from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
 
 from tests.conftest import Head
-from tests.helpers import cli, read_table
+from tests.helpers import read_table, sweep_on
 from tests.test_sb3_families import OFF, ON, DictEnv, ImageEnv, cnn, multi, redraw, small
 
 pytestmark = pytest.mark.slow
@@ -59,8 +59,9 @@ def swept(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> tuple[dic
     table = "\n".join(f'"{path}" = "{env_id}"' for path, env_id in envs.items())
     config.write_text(f"policies = {json.dumps(list(paths.values()))}\n[envs]\n{table}\n")
     results = folder / "results"
-    proc = cli(
-        "sweep",
+    proc = sweep_on(
+        ray_head.address,
+        results,
         "--config",
         str(config),
         "--episodes",
@@ -69,15 +70,8 @@ def swept(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> tuple[dic
         "float32",
         "--batch-sizes",
         "1,8",
-        "--accelerator",
-        "cpu",
         "--cards",
         "2",
-        "--no-progress",
-        "--address",
-        ray_head.address,
-        "--results",
-        str(results),
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return paths, results

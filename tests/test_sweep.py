@@ -16,7 +16,7 @@ import pytest
 
 from tests.builders import EXPERT_ZIP, MLAGENTS_EXPORT
 from tests.conftest import Head, SharedSweeps
-from tests.helpers import cli, duckdb_rows, read_table
+from tests.helpers import duckdb_rows, read_table, sweep_on
 from tests.third_party import BALL, BALL_SHA256, ZOO_SHA256, ZOO_ZIP
 
 pytestmark = pytest.mark.slow
@@ -127,8 +127,9 @@ def test_the_third_party_policies_sweep_as_their_stand_ins_do(cases: Path, ray_h
     """The real RL Zoo CartPole-v1 (SB3 1.0rc0) and ML-Agents 3DBall, swept on one card: what the
     shared sweeps show on their stand-ins holds for them, and the published expert balances the pole."""
     zoo, ball = cases / ZOO_ZIP, cases / BALL
-    proc = cli(
-        "sweep",
+    proc = sweep_on(
+        ray_head.address,
+        tmp_path,
         "--policy",
         str(zoo),
         "--policy",
@@ -141,15 +142,8 @@ def test_the_third_party_policies_sweep_as_their_stand_ins_do(cases: Path, ray_h
         "4096",
         "--seed",
         "1",
-        "--accelerator",
-        "cpu",
         "--cards",
         "1",
-        "--no-progress",
-        "--address",
-        ray_head.address,
-        "--results",
-        str(tmp_path),
         "--run-id",
         "third-party",
     )
@@ -225,8 +219,9 @@ def test_the_onnx_loader_is_checked_against_onnxruntime_once_per_batch(shared_sw
 def test_a_defect_common_to_every_card_is_caught_against_the_golden(ray_head: Head, tmp_path: Path) -> None:
     """TF32-style float32 and a float16 accumulator on every card: the cards agree bit for bit, so
     only the port rule can see it."""
-    proc = cli(
-        "sweep",
+    proc = sweep_on(
+        ray_head.address,
+        tmp_path,
         "--policy",
         "cartpole",
         "--policy",
@@ -241,15 +236,8 @@ def test_a_defect_common_to_every_card_is_caught_against_the_golden(ray_head: He
         "all:reduced-fp32",
         "--inject-fault",
         "all:fp16-accumulate",
-        "--accelerator",
-        "cpu",
         "--cards",
         "2",
-        "--no-progress",
-        "--address",
-        ray_head.address,
-        "--results",
-        str(tmp_path),
         "--run-id",
         "all",
     )
@@ -272,8 +260,9 @@ def test_a_card_that_crashes_or_hangs_once_is_restarted_and_one_that_keeps_dying
     ray_head: Head, tmp_path: Path
 ) -> None:
     results = tmp_path
-    proc = cli(
-        "sweep",
+    proc = sweep_on(
+        ray_head.address,
+        results,
         "--policy",
         "cartpole",
         "--dtypes",
@@ -285,13 +274,6 @@ def test_a_card_that_crashes_or_hangs_once_is_restarted_and_one_that_keeps_dying
         "--cards",
         "4",
         *CRASHES,
-        "--accelerator",
-        "cpu",
-        "--no-progress",
-        "--address",
-        ray_head.address,
-        "--results",
-        str(results),
         "--run-id",
         "crashes",
     )
