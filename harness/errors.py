@@ -20,3 +20,8 @@ class FileError(UsageError):
 
 class PolicyLoadError(FileError):
     """A policy file (or a file beside it) that cannot be read as a policy."""
+
+
+class RunLost(Exception):
+    """A run that no longer holds its run id (its staging folder removed, or another process took
+    the run over): it stops without publishing, exit 3, and never writes over the holder's rows."""
