@@ -11,6 +11,9 @@ from dataclasses import dataclass, fields
 import pyarrow as pa
 
 TABLES = ("runs", "checks", "episodes", "bench", "bench_samples")
+# A run's `runs.status` once all its tables are in place: the writer publishes them before the
+# row that says so, and the views show the other tables' rows of such runs only.
+PUBLISHED = ("passed", "failed", "bench")
 
 
 @dataclass
@@ -148,7 +151,7 @@ class BenchSampleRow:
 class RunRow:
     started_at: str
     finished_at: str | None
-    status: str  # running, passed, failed, error
+    status: str  # running, then passed, failed or bench (PUBLISHED), or incomplete
     accelerator: str
     n_cards: int
     devices: str  # JSON list of device descriptors

@@ -6,6 +6,12 @@ only `bench`, or only a sweep, answers every query that names the other tables w
 
 The views read the Parquet files through pyarrow; the DuckDB connection itself is locked once
 they exist: it opens no file, installs and loads no extension, and its settings cannot change.
+
+A run is seen whole or not at all, while runs write beside the reader: `runs` is read first, as
+it is at that moment, and the other views hold the rows of the runs it shows published (their
+status in `PUBLISHED`, written after every other table of the run is in place) and of folders
+with no `runs` row (tables written by hand). A run that is running, or publishing, shows its
+`runs` row alone.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from harness.errors import UsageError, first_line
-from harness.store.schema import SCHEMAS, TABLES
+from harness.store.schema import PUBLISHED, SCHEMAS, TABLES
 
 if TYPE_CHECKING:
     import pandas
@@ -31,10 +37,11 @@ def table_schema(name: str) -> pa.Schema:
     return pa.schema([pa.field("run_id", pa.string()), *SCHEMAS[name]])
 
 
-def parquet_files(results: Path, name: str) -> list[Path]:
+def parquet_files(results: Path, name: str, withheld: frozenset[str] = frozenset()) -> list[Path]:
     # Only the committed files: `.staging` lives beside the tables, and in-flight writes are
     # hidden `.part-0.parquet.<uuid>.tmp` names that do not end in `.parquet`.
-    return sorted((results / name).glob("run_id=*/*.parquet"))
+    files = sorted((results / name).glob("run_id=*/*.parquet"))
+    return [f for f in files if f.parent.name.removeprefix("run_id=") not in withheld]
 
 
 def require_results(results: Path) -> None:
@@ -47,7 +54,7 @@ def require_results(results: Path) -> None:
         raise UsageError(f"results folder {results} holds no results (run `harness sweep --results {results}` first)")
 
 
-def _dataset(results: Path, name: str) -> ds.Dataset:
+def _dataset(results: Path, name: str, withheld: frozenset[str] = frozenset()) -> ds.Dataset:
     """A table's committed files as one dataset with the view's columns, `run_id` from the folder name.
 
     Files are listed here rather than globbed so that a results path holding `*`, `?` or `[` is
@@ -56,7 +63,7 @@ def _dataset(results: Path, name: str) -> ds.Dataset:
     """
     schema = table_schema(name)
     return ds.dataset(
-        [str(f) for f in parquet_files(results, name)],
+        [str(f) for f in parquet_files(results, name, withheld)],
         schema=schema,
         format="parquet",
         partitioning=ds.HivePartitioning(pa.schema([schema.field("run_id")]), segment_encoding="none"),
@@ -68,11 +75,23 @@ def connect(results: str | Path = "results") -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`, locked."""
     results = Path(results)
     con = duckdb.connect()
+    runs = _runs_now(results)
+    withheld = frozenset(
+        r for r, status in zip(runs["run_id"].to_pylist(), runs["status"].to_pylist(), strict=True) if status not in PUBLISHED
+    )
     for name in TABLES:
-        con.register(f"_{name}", _dataset(results, name))
+        con.register(f"_{name}", runs if name == "runs" else _dataset(results, name, withheld))
         con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name}")
     _lock(con)
     return con
+
+
+def _runs_now(results: Path) -> pa.Table:
+    """The `runs` table as it is now, read before the other tables are listed."""
+    try:
+        return _dataset(results, "runs").to_table()
+    except (OSError, pa.ArrowException) as exc:
+        raise UsageError(f"results folder {results}: its runs table cannot be read: {first_line(exc)}") from None
 
 
 # Set in this order once the views exist, then locked. Extensions: a query that needs one not

@@ -2,17 +2,21 @@
 
 It knows rows and files, nothing about Ray or comparison. A file is written under a hidden
 temporary name, flushed to disk and renamed, so a reader (pyarrow, DuckDB) sees the whole file
-or none. While a sweep runs, each finished unit is staged under `<results>/.staging/<run_id>/`
-(hidden from readers); `--resume` reads what was staged and the end of the run turns the staged
-parts into one file per table. A run that ends incomplete keeps its staging for `--resume`.
+or none. While a run runs, it holds its run id (harness/store/claim.py) and its work is staged
+under `<results>/.staging/<run_id>/` (hidden from readers): a sweep's finished units there are
+what `--resume` reads. A run publishes at its end: each table's file, written whole into its
+staging, is moved into place, then the `runs` row says how the run ended, then the staging goes.
+A run that ends incomplete keeps its staging for `--resume`. Every write first checks that this
+process still holds the run: one that no longer does stops (RunLost) and writes nothing more.
 """
 
 from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 import uuid
 from dataclasses import asdict
 from pathlib import Path
@@ -21,7 +25,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from harness.store.paths import STAGING, check_run_id, inside, table_dir
+from harness.store.claim import Claim
+from harness.store.paths import table_dir
 from harness.store.schema import SCHEMAS, CheckRow, EpisodeRow, RunRow
 
 
@@ -41,9 +46,12 @@ def columns_table(table: str, columns: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type, from_pandas=True) for f in schema], schema=schema)
 
 
-def write_atomic(table: pa.Table, path: Path) -> Path:
-    """Write `table` to `path` (which the callers check lies in the results) whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def write_atomic(table: pa.Table, path: Path, make_folder: bool = True) -> Path:
+    """Write `table` to `path` (which the callers check lies in the results) whole or not at all;
+    into a folder that exists already where not `make_folder` (a run's staging, never made again
+    once removed)."""
+    if make_folder:
+        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     pq.write_table(table, tmp)
     with open(tmp, "rb+") as f:
@@ -56,38 +64,45 @@ def write_rows(results: Path, table: str, run_id: str, rows: list[Any], part: st
     return write_atomic(to_table(table, rows), table_dir(results, table, run_id) / f"{part}.parquet")
 
 
-def write_columns(results: Path, table: str, run_id: str, columns: dict[str, Any]) -> Path:
-    return write_atomic(columns_table(table, columns), table_dir(results, table, run_id) / "part-0.parquet")
-
-
 def read_run(results: Path, run_id: str) -> list[dict[str, Any]]:
     """The `runs` row(s) of one run, as written so far."""
     return pq.read_table(table_dir(results, "runs", run_id) / "part-0.parquet", schema=SCHEMAS["runs"]).to_pylist()
 
 
 class RunWriter:
-    """Stages each finished unit, then writes one file per table for the run."""
+    """Stages a run's work, then publishes one file per table and its final `runs` row."""
 
-    def __init__(self, results: Path, run_id: str) -> None:
-        self.results = results
-        self.run_id = check_run_id(run_id)
-        self.staging = inside(results, results / STAGING / run_id)
+    def __init__(self, claim: Claim) -> None:
+        self.claim = claim
+        self.results, self.run_id, self.staging = claim.results, claim.run_id, claim.staging
 
     def begin(self, row: RunRow) -> None:
-        """The run's first `runs` row. From here on the staging exists: a run killed before its
-        first unit can still be resumed, and a sweep refused before this leaves nothing behind."""
-        self.staging.mkdir(parents=True, exist_ok=True)
+        """The run's first `runs` row (status running): from here on a sweep killed before its
+        first unit can still be resumed, and one refused before this leaves nothing behind."""
         self.write_run(row)
 
     def write_run(self, row: RunRow) -> None:
+        self.claim.check()
         write_rows(self.results, "runs", self.run_id, [row])
 
     def stage_unit(self, unit_id: str, checks: list[CheckRow], episodes: list[EpisodeRow]) -> None:
         # The marker is written last: a unit counts as done only once all its rows are on disk.
-        write_atomic(to_table("checks", checks), self.staging / f"{unit_id}.checks.parquet")
-        if episodes:  # most units play none: no file rather than an empty one
-            write_atomic(to_table("episodes", episodes), self.staging / f"{unit_id}.episodes.parquet")
-        (self.staging / f"{unit_id}.done").touch()
+        with self._staging():
+            write_atomic(to_table("checks", checks), self.staging / f"{unit_id}.checks.parquet", make_folder=False)
+            if episodes:  # most units play none: no file rather than an empty one
+                write_atomic(to_table("episodes", episodes), self.staging / f"{unit_id}.episodes.parquet", make_folder=False)
+            (self.staging / f"{unit_id}.done").touch()
+
+    @contextmanager
+    def _staging(self) -> Iterator[None]:
+        """Writes into the staging, after checking the claim; one that fails because the staging
+        went away meanwhile is the claim lost (RunLost), not a crash."""
+        self.claim.check()
+        try:
+            yield
+        except OSError:
+            self.claim.check()
+            raise
 
     def done_units(self) -> set[str]:
         if not self.staging.is_dir():
@@ -104,10 +119,19 @@ class RunWriter:
             merged.append(pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table())
         return merged[0], merged[1]
 
-    def finish(self) -> tuple[pa.Table, pa.Table]:
-        """Merge the staged units into the final files; drop the staging."""
-        checks, episodes = self.staged()
-        for table, rows in (("checks", checks), ("episodes", episodes)):
-            write_atomic(rows, table_dir(self.results, table, self.run_id) / "part-0.parquet")
-        shutil.rmtree(inside(self.results, self.staging), ignore_errors=True)
-        return checks, episodes
+    def publish(self, tables: dict[str, pa.Table], row: RunRow) -> None:
+        """Each table's file, written whole into the staging and then moved into place; then the
+        `runs` row with the run's final status; then the staging removed. A reader
+        (harness/store/views.py) shows a run's rows once that row says the run ended, and by
+        then every table is in place: the run whole, or (before) its runs row alone."""
+        ready = self.staging / "publish"
+        with self._staging():
+            ready.mkdir(exist_ok=True)  # exists where a publish was cut short: this one writes it again
+            staged = {name: write_atomic(rows, ready / f"{name}.parquet", make_folder=False) for name, rows in tables.items()}
+        self.claim.check()
+        for name, path in staged.items():
+            final = table_dir(self.results, name, self.run_id) / "part-0.parquet"
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, final)
+        self.write_run(row)
+        self.claim.end()
