@@ -17,8 +17,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.cli.sweep import INCOMPLETE
+    from harness.errors import RunLost
     from harness.run.bench import run_bench
     from harness.run.options import config_from_args
 
-    outcome = run_bench(config_from_args(args, BenchConfig), command=" ".join(sys.argv))
+    try:
+        outcome = run_bench(config_from_args(args, BenchConfig), command=" ".join(sys.argv))
+    except RunLost as exc:
+        print(f"harness: stopped: {exc}", file=sys.stderr)
+        return INCOMPLETE
     return 0 if outcome.passed else 1

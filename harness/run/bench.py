@@ -3,8 +3,8 @@
 load policies -> join or start Ray -> place one BenchActor per card -> latency on each card
 (device time inside the actor, end to end through Ray, side by side) -> throughput of k cards
 at once, in rounds -> closed-loop episodes on one card -> the server scenario
-(harness/run/server.py) -> the audit of the timed path -> write `bench`, `bench_samples`,
-`checks` and `runs` -> print the summary.
+(harness/run/server.py) -> the audit of the timed path -> publish `bench`, `bench_samples`,
+`checks`, then the `runs` row that says the bench ended -> print the summary.
 
 Every measurement runs several windows (README, "Speed"): a row's figure is the median of its
 windows' figures (latency percentiles pool the calls of its windows), its 95% interval comes
@@ -19,7 +19,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -66,7 +66,8 @@ from harness.run.plan import load_policies
 from harness.run.server import measure_server
 from harness.run.provenance import new_run_row, now
 from harness.store.schema import BenchRow, CheckRow
-from harness.store.writer import write_columns, write_rows
+from harness.store.paths import table_dir
+from harness.store.writer import RunWriter, columns_table, to_table
 from harness.workloads import make_batch
 
 # A schedule of throughput windows opens this long after it is sent, so every card starts at the same time.
@@ -91,6 +92,13 @@ class BenchOutcome:
 
 
 def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
+    """The bench; its run id is held by this process (harness/store/claim.py) from the plan,
+    before Ray starts, to the end of the run."""
+    with ExitStack() as held:
+        return _bench(config, command, held)
+
+
+def _bench(config: BenchConfig, command: str, held: ExitStack) -> BenchOutcome:
     phases = Phases()
     started = now()
     results = Path(config.results)
@@ -99,7 +107,8 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
         check_cards(config.cards, kind, cluster_address(config.address))
         specs, policies = load_policies(config)
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
-        run_id = claim_run_id(results, config.run_id)
+        writer = RunWriter(held.enter_context(claim_run_id(results, config.run_id, command=command)))
+        run_id = writer.run_id
         work = [
             Measured(name, dtype, make_batch(p.info, "normal", size, config.seed))
             for name, p in policies.items()
@@ -119,6 +128,18 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
     with bench_cards(
         config.address, kind, n_placed, specs, policies, config.threads, config.precision, phases, faults
     ) as cards:
+        run_row = new_run_row(
+            started_at=started,
+            status="running",
+            accelerator=kind,
+            n_cards=len(cards),
+            devices=[c.description for c in cards],
+            config_json=config.to_json(),
+            policies=policies,
+            command=command,
+            faults=",".join(map(str, faults)),
+        )
+        writer.begin(run_row)
         steps = sorted(set(config.card_counts or [1, len(cards)]))
         bar = tqdm(
             total=len(work) * (len(cards) + 2 * len(steps)) + len(loops),
@@ -142,29 +163,20 @@ def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
 
     rows = [m.row for m in measured]
     with phases("write"):
-        bench_path = write_rows(results, "bench", run_id, rows)
-        write_columns(results, "bench_samples", run_id, sample_table(measured))
-        write_rows(results, "checks", run_id, checks)
-        run_row = new_run_row(
-            started_at=started,
-            status="bench",
-            accelerator=kind,
-            n_cards=len(cards),
-            devices=[c.description for c in cards],
-            config_json=config.to_json(),
-            policies=policies,
-            command=command,
-            faults=",".join(map(str, faults)),
-        )
         summary = {
             "bench_rows": len(rows),
             "invalid_rows": sum(not r.valid for r in rows),
             "card_steps": steps,
             "audit": {"checks": len(checks), "failed": sum(not c.passed for c in checks)},
         }
-        write_rows(results, "runs", run_id, [finish_run_row(run_row, "bench", summary, phases)])
+        tables = {
+            "bench": to_table("bench", rows),
+            "bench_samples": columns_table("bench_samples", sample_table(measured)),
+            "checks": to_table("checks", checks),
+        }
+        writer.publish(tables, finish_run_row(run_row, "bench", summary, phases))
     print_bench_summary(rows, checks, run_id, sys.stdout)
-    return BenchOutcome(run_id, rows, checks, bench_path)
+    return BenchOutcome(run_id, rows, checks, table_dir(results, "bench", run_id) / "part-0.parquet")
 
 
 @contextmanager

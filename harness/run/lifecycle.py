@@ -1,5 +1,5 @@
 """What every run does around its own work, the same for a sweep and a bench: claim a run id
-(refused before Ray starts), join or start Ray and shut it down, time its phases, write the
+(refused before Ray starts; held until the run ends), join or start Ray and shut it down, time its phases, write the
 `runs` row that says which code, versions, devices and bytes produced it."""
 
 from __future__ import annotations
@@ -14,14 +14,11 @@ from pathlib import Path
 import ray
 
 from harness.devices import Kind
-from harness.errors import UsageError
 from harness.run.place import card_count, connect
 from harness.run.provenance import now
+from harness.store.claim import Claim
 from harness.store.schema import RunRow
-from harness.store.paths import table_dir
 from harness.store.writer import new_run_id
-
-RUN_TABLES = ("runs", "checks", "bench")
 
 
 @dataclass
@@ -45,12 +42,11 @@ class Phases:
         return {f"{name}_s": round(seconds, 3) for name, seconds in self.seconds.items()}
 
 
-def claim_run_id(results: Path, run_id: str | None) -> str:
-    """`run_id`, or a new one; a name already used in `results` is refused (exit 2)."""
-    run_id = run_id or new_run_id()
-    if any(table_dir(results, table, run_id).exists() for table in RUN_TABLES):
-        raise UsageError(f"--run-id {run_id}: a run of that name exists in {results}; pick another or --resume it")
-    return run_id
+def claim_run_id(results: Path, run_id: str | None, resume: bool = False, command: str = "") -> Claim:
+    """`run_id` (or a new one) held by this process until the claim's `with` ends; refused (exit
+    2) where the name is taken: a run of that name exists, or another process holds it
+    (harness/store/claim.py). `resume` claims a run that ended early, to finish it."""
+    return Claim.take(results, run_id or new_run_id(), resume, now(), command)
 
 
 @contextmanager

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import deque
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,6 +58,13 @@ class SweepOutcome:
 
 
 def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
+    """The sweep; its run id is held by this process (harness/store/claim.py) from the plan,
+    before Ray starts, to the end of the run."""
+    with ExitStack() as held:
+        return _sweep(config, command, held)
+
+
+def _sweep(config: SweepConfig, command: str, held: ExitStack) -> SweepOutcome:
     phases = Phases()
     started = now()
     if config.resume:
@@ -69,8 +77,10 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         specs, policies = load_policies(config)
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
-        run_id = config.resume or claim_run_id(results, config.run_id)
-        writer = RunWriter(results, run_id)
+        writer = RunWriter(
+            held.enter_context(claim_run_id(results, config.resume or config.run_id, bool(config.resume), command))
+        )
+        run_id = writer.run_id
 
     with ray_cluster(config.address, kind, config.cards, phases) as n_cards:
         check_memory(estimate(config, policies, n_cards), config.max_memory_gib)
@@ -109,7 +119,7 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
             return _incomplete(config, writer, phases, [*watch.events, *(f"LOST {line}" for line in lost)], len(units))
 
     with phases("write"):
-        checks, _ = writer.finish()
+        checks, episodes = writer.staged()
         gating = checks.filter(checks.column("gating"))
         passed = bool(gating.num_rows) and all(gating.column("passed").to_pylist())
         status = "passed" if passed else "failed"
@@ -123,7 +133,7 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
             "events": watch.events,
         }
         run_row.devices = json.dumps([*cards, reference, *replacements])
-        writer.write_run(finish_run_row(run_row, status, summary, phases))
+        writer.publish({"checks": checks, "episodes": episodes}, finish_run_row(run_row, status, summary, phases))
     print_summary(checks, run_id, status, sys.stdout, unplayed, renames, watch.events)
     return SweepOutcome(run_id, passed, status, table_dir(results, "checks", run_id), phases, reference_s)
 
