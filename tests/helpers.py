@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,8 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
+
+from harness.store.schema import RunRow
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -61,6 +64,28 @@ def assert_usage_error(proc: subprocess.CompletedProcess[str], *words: str) -> N
     assert len(lines) == 1 and lines[0].startswith("harness: error: "), proc.stderr
     for word in words:
         assert word in lines[0], lines[0]
+
+
+def run_row(status: str, config: dict[str, object] | None = None) -> RunRow:
+    """A `runs` row as a run of `config` writes it, with `status`."""
+    return RunRow(
+        started_at="2026-12-01T00:00:00+00:00",
+        finished_at=None,
+        status=status,
+        accelerator="cpu",
+        n_cards=2,
+        devices="[]",
+        harness_version="0.1.0",
+        torch_version="",
+        ray_version="",
+        config_json=json.dumps(config or {}),
+        faults="",
+        git_revision="",
+        hostname="",
+        policies="[]",
+        command="",
+        summary="",
+    )
 
 
 def read_table(results: Path, table: str) -> pa.Table:

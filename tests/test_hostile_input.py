@@ -3,7 +3,6 @@ results, and every bomb is exit 2 within seconds, with one line, before Ray star
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import time
@@ -12,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from harness.store.paths import check_run_id, inside
-from harness.store.schema import CheckRow, RunRow
-from harness.store.writer import RunWriter, write_rows
-from tests.helpers import assert_usage_error, cli, harness
+from harness.store.schema import CheckRow
+from harness.store.claim import Claim
+from harness.store.writer import RunWriter, to_table
+from tests.helpers import assert_usage_error, cli, harness, run_row
 
 BASE = ("--policy", "cartpole", "--dtypes", "float32", "--accelerator", "cpu", "--no-progress")
 QUICK = (*BASE, "--episodes", "0")  # a sweep's
@@ -73,11 +73,13 @@ def test_the_writer_never_writes_or_removes_outside_the_results(tmp_path: Path) 
     victim = _victim(tmp_path / "victim")
     results = tmp_path / "results"
     with pytest.raises(Exception, match="a run id is a name"):
-        RunWriter(results, "../victim")
+        Claim.take(results, "../victim", False, "now")
     (results / ".staging").mkdir(parents=True)
     os.symlink(victim, results / ".staging" / "linked")
     with pytest.raises(Exception, match="not inside the results folder"):
-        RunWriter(results, "linked")
+        Claim.take(results, "linked", True, "now")
+    with pytest.raises(Exception, match="not inside the results folder"):
+        Claim.take(results, "linked", False, "now")
     with pytest.raises(Exception, match="not inside the results folder"):
         inside(results, results / "checks" / ".." / ".." / "victim")
     assert check_run_id("20261201T072642-a1b2c3") == "20261201T072642-a1b2c3"
@@ -153,28 +155,12 @@ def test_a_config_that_is_a_fifo_or_a_device_is_refused_without_reading_it(tmp_p
 
 
 def _stored_run(results: Path, run_id: str, config: dict[str, object], checks: list[CheckRow], status: str) -> None:
-    row = RunRow(
-        started_at="2026-12-01T00:00:00+00:00",
-        finished_at=None,
-        status=status,
-        accelerator="cpu",
-        n_cards=2,
-        devices="[]",
-        harness_version="0.1.0",
-        torch_version="",
-        ray_version="",
-        config_json=json.dumps(config),
-        faults="",
-        git_revision="",
-        hostname="",
-        policies="[]",
-        command="",
-        summary="",
-    )
-    writer = RunWriter(results, run_id)
-    writer.begin(row)
-    if status != "running":
-        write_rows(results, "checks", run_id, checks)
+    row = run_row(status, config)
+    with Claim.take(results, run_id, False, row.started_at) as claim:  # released at the end, as by a run that stopped
+        if status == "running":
+            RunWriter(claim).begin(row)
+        else:
+            RunWriter(claim).publish({"checks": to_table("checks", checks)}, row)
 
 
 def test_resume_of_a_run_whose_stored_configuration_no_longer_validates_is_exit_2(tmp_path: Path) -> None:
