@@ -158,6 +158,12 @@ def test_empty_or_missing_results_folder_is_exit_2(tmp_path: Path) -> None:
     assert_usage_error(cli("query", "SELECT 1", "--results", str(tmp_path / "nope")), "does not exist")
 
 
+def test_a_damaged_runs_file_is_one_line_exit_2(bench_only: Path) -> None:
+    (bench_only / "runs" / "run_id=r1").mkdir(parents=True)
+    (bench_only / "runs" / "run_id=r1" / "part-0.parquet").write_bytes(b"not parquet")
+    assert_usage_error(cli("query", "SELECT 1", "--results", str(bench_only)), "its runs table cannot be read")
+
+
 def test_a_results_path_with_a_quote_and_glob_characters_is_read_literally(tmp_path: Path) -> None:
     folder = tmp_path / "it's *?[x]" / "results"
     write_rows(folder, "bench", "r1", [bench_row()])

@@ -1,22 +1,27 @@
-"""Faults survived and nothing lost: a card actor killed mid-sweep, a killed driver resumed, two
-sweeps into one folder at once. Real processes on the session's Ray cluster."""
+"""Faults survived and nothing lost: a card actor killed mid-sweep, a killed driver resumed, sweeps
+into one folder at once (one run id held by one process at a time; readers see a run whole or not
+at all). Real processes on the session's Ray cluster."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import Head
-from tests.helpers import REPO, cli, read_table
+from tests.helpers import REPO, assert_usage_error, cli, read_table
 
 pytestmark = pytest.mark.slow
 
@@ -37,10 +42,36 @@ ARGS = (
     "--no-progress",
 )
 VERDICT = ("unit_id", "output", "kind", "device_a", "device_b", "passed", "bitwise_equal", "max_abs", "n_mismatch")
+UNLABELLED = tuple(c for c in VERDICT if c not in ("device_a", "device_b"))
+
+
+# The smallest sweep with every table: for the tests that run several sweeps at once.
+TINY = (
+    "--policy",
+    "cartpole",
+    "--dtypes",
+    "float32",
+    "--episodes",
+    "2",
+    "--batch-sizes",
+    "8",
+    "--accelerator",
+    "cpu",
+    "--cards",
+    "2",
+    "--no-progress",
+)
+HOST = socket.gethostname()
 
 
 def _verdicts(results: Path) -> set[tuple]:
     return {tuple(r[c] for c in VERDICT) for r in read_table(results, "checks").to_pylist()}
+
+
+def _tally(results: Path, run_id: str | None = None) -> Counter[tuple]:
+    """The verdicts apart from the cards' labels: sweeps at once on one cluster get other cards."""
+    rows = read_table(results, "checks").to_pylist()
+    return Counter(tuple(r[c] for c in UNLABELLED) for r in rows if run_id is None or r["run_id"] == run_id)
 
 
 def _visible_parquet(results: Path) -> list[Path]:
@@ -56,21 +87,31 @@ def clean_verdicts(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> 
     return _verdicts(clean)
 
 
+@dataclass(frozen=True)
+class Alone:
+    """What a tiny sweep writes when it runs alone."""
+
+    tally: Counter[tuple]
+    checks: int
+    episodes: int
+
+
+@pytest.fixture(scope="module")
+def tiny_alone(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> Alone:
+    alone = tmp_path_factory.mktemp("alone")
+    proc = cli("sweep", *TINY, "--results", str(alone), "--address", ray_head.address)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return Alone(_tally(alone), read_table(alone, "checks").num_rows, read_table(alone, "episodes").num_rows)
+
+
 def _start_sweep(head: Head, results: Path, run_id: str) -> subprocess.Popen:
+    return _harness(head, "sweep", *ARGS, "--results", str(results), "--run-id", run_id)
+
+
+def _harness(head: Head, *args: str) -> subprocess.Popen:
+    """`harness ARGS` on the session's cluster, started and left running."""
     return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "harness",
-            "sweep",
-            *ARGS,
-            "--results",
-            str(results),
-            "--run-id",
-            run_id,
-            "--address",
-            head.address,
-        ],
+        [sys.executable, "-m", "harness", *args, "--address", head.address],
         cwd=REPO,
         env=head.env,
         stdout=subprocess.PIPE,
@@ -87,6 +128,21 @@ def _wait_for_units(driver: subprocess.Popen, staging: Path, n: int) -> None:
         assert driver.poll() is None, "the sweep ended before the fault could be injected"
         assert time.monotonic() < deadline, "no unit finished in time"
         time.sleep(0.05)
+
+
+def _wait_for_claim(owner: Path) -> None:
+    """Until a process holds a run id: its owner file `owner` is written (before Ray starts)."""
+    deadline = time.monotonic() + 120
+    while not owner.exists():
+        assert time.monotonic() < deadline, f"no process claimed {owner.parent.name} in time"
+        time.sleep(0.05)
+
+
+def _refusal(proc: subprocess.Popen) -> str:
+    """The one line a refused run prints: exit 2, before Ray started (nothing on stdout)."""
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and out == "" and len(err.splitlines()) == 1, out[-2000:] + err[-2000:]
+    return err
 
 
 def _kill_group(pid: int) -> None:
@@ -135,8 +191,25 @@ def test_killed_driver_leaves_readable_results_and_resume_completes_the_run(
     assert not (killed / "checks").exists()
     done_before = {p.name.removesuffix(".done") for p in staging.glob("*.done")}
 
-    resumed = cli("sweep", "--resume", "victim", "--results", str(killed), "--no-progress", "--address", ray_head.address)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # Its claim outlives it: a new run of that name is refused, saying its owner is gone.
+    fresh = cli("sweep", *ARGS, "--results", str(killed), "--run-id", "victim", "--address", ray_head.address)
+    assert_usage_error(fresh, f"left by pid {driver.pid} on host {HOST}", "which is gone; finish it with --resume victim")
+    # One resumer takes the run over; a second, started while the first runs, is refused.
+    resumers = [_harness(ray_head, "sweep", "--resume", "victim", "--results", str(killed), "--no-progress")]
+    try:
+        _wait_for_claim(staging / "owner-2.json")
+        resumers.append(_harness(ray_head, "sweep", "--resume", "victim", "--results", str(killed), "--no-progress"))
+        refused = _refusal(resumers[1])
+        out, err = resumers[0].communicate(timeout=300)
+    finally:
+        for resumer in resumers:
+            _kill_group(resumer.pid)
+    assert refused.startswith(f"harness: error: --resume victim: run victim is being run in {killed} by pid {resumers[0].pid}")
+    assert refused.endswith("; wait for it to end\n"), refused
+    assert resumers[0].returncode == 0, out[-2000:] + err[-3000:]
+    assert (
+        f"harness: run victim: pid {driver.pid} on host {HOST} " in err and "is gone; this process takes the run over" in err
+    )
     [run] = read_table(killed, "runs").to_pylist()
     assert run["status"] == "passed"
     summary = json.loads(run["summary"])
@@ -188,3 +261,97 @@ def test_two_concurrent_sweeps_into_one_folder(ray_head: Head, tmp_path: Path) -
     checks = read_table(tmp_path, "checks")
     per_run = {rid: checks.column("run_id").to_pylist().count(rid) for rid in {r["run_id"] for r in runs}}
     assert len(set(per_run.values())) == 1 and min(per_run.values()) > 0, per_run
+
+
+# A reader in a loop: `harness query`'s own code, run again and again in one process until the
+# stop file exists; each answer, one JSON line: every run with its status and its rows in view
+# (and any rows of a run with no runs row: none may show).
+READER = """
+import contextlib, io, sys, time
+from pathlib import Path
+from harness.cli import main
+results, stop = sys.argv[1], Path(sys.argv[2])
+SQL = '''SELECT r.run_id, r.status,
+    (SELECT count(*) FROM checks c WHERE c.run_id = r.run_id) AS checks,
+    (SELECT count(*) FROM episodes e WHERE e.run_id = r.run_id) AS episodes FROM runs r
+UNION ALL SELECT run_id, NULL, count(*), NULL FROM checks WHERE run_id NOT IN (SELECT run_id FROM runs) GROUP BY run_id'''
+while not stop.exists():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["query", SQL, "--results", results, "--format", "json"])
+    print(out.getvalue().strip() if code == 0 else "[]", flush=True)
+    time.sleep(0.05)  # a core left to the sweeps on a small machine
+"""
+
+
+def test_three_sweeps_of_one_run_id_at_once_run_it_once_and_a_reader_sees_each_run_whole_or_not_at_all(
+    ray_head: Head, tmp_path: Path, tiny_alone: Alone
+) -> None:
+    """Three sweeps of run id a and one of b started together, and once a runs, the same sweep
+    again (issue 23's careless repeat), while a reader queries in a loop: one a runs, every other
+    a is refused naming it; a and b are both whole, each what the sweep writes alone; and no
+    answer the reader got showed a run in part."""
+    results, stop = tmp_path / "results", tmp_path / "stop"
+    reader = subprocess.Popen(
+        [sys.executable, "-c", READER, str(results), str(stop)], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    sweeps = [_harness(ray_head, "sweep", *TINY, "--results", str(results), "--run-id", i) for i in ("a", "a", "a", "b")]
+    try:
+        _wait_for_claim(results / ".staging" / "a" / "owner-1.json")
+        sweeps.append(_harness(ray_head, "sweep", *TINY, "--results", str(results), "--run-id", "a"))
+        ended = [sweep.communicate(timeout=300) for sweep in sweeps]
+    finally:
+        stop.touch()
+        for sweep in sweeps:
+            _kill_group(sweep.pid)
+    seen = [json.loads(line) for line in reader.communicate(timeout=120)[0].splitlines()]
+
+    codes = [sweep.returncode for sweep in sweeps]
+    assert sorted(codes[:3]) == [0, 2, 2] and codes[3:] == [0, 2], [err[-2000:] for _, err in ended]
+    winner = sweeps[codes.index(0)]
+    assert f"run a: PASSED ({tiny_alone.checks} checks" in ended[codes.index(0)][0]
+    for sweep, (out, err) in zip(sweeps, ended, strict=True):
+        if sweep.returncode == 2:  # refused before Ray started: one line, nothing on stdout
+            assert out == "" and re.fullmatch(
+                rf"harness: error: --run-id a: run a is being run in {re.escape(str(results))} by pid {winner.pid} on host "
+                rf"{re.escape(HOST)} \(claimed [0-9T:.+-]+\); pick another id\n",
+                err,
+            ), err
+    assert {r["run_id"]: r["status"] for r in read_table(results, "runs").to_pylist()} == {"a": "passed", "b": "passed"}
+    assert _tally(results, "a") == tiny_alone.tally == _tally(results, "b")
+    assert read_table(results, "episodes").num_rows == 2 * tiny_alone.episodes
+    assert not (results / ".staging" / "a").exists()
+
+    whole = {"checks": tiny_alone.checks, "episodes": tiny_alone.episodes}
+    nothing = {"checks": 0, "episodes": 0}
+    for answer in seen:
+        for run in answer:
+            shown = {"checks": run["checks"], "episodes": run["episodes"]}
+            assert shown == (whole if run["status"] == "passed" else nothing), (run, answer)
+    statuses = {run["status"] for answer in seen for run in answer}
+    assert {"running", "passed"} <= statuses, f"the reader saw runs at work and ended: {len(seen)} answers, {statuses}"
+
+
+def test_a_run_taken_over_while_it_runs_stops_with_exit_3_and_never_says_failed(
+    ray_head: Head, tmp_path: Path, tiny_alone: Alone
+) -> None:
+    """Its claim released by hand while it runs (what the refusal from another host says to do
+    once the owner is gone, done too early), and the run resumed by another process: the first
+    stops at its next write, publishes nothing and says why; the resumed run ends whole."""
+    staging = tmp_path / ".staging" / "held"
+    driver = _harness(ray_head, "sweep", *TINY, "--results", str(tmp_path), "--run-id", "held")
+    try:
+        _wait_for_units(driver, staging, 1)
+        (staging / "owner-1.json").unlink()
+        resumed = cli("sweep", "--resume", "held", "--results", str(tmp_path), "--no-progress", "--address", ray_head.address)
+        out, err = driver.communicate(timeout=300)
+    finally:
+        _kill_group(driver.pid)
+    assert driver.returncode == 3, out[-2000:] + err[-3000:]
+    assert "harness: stopped: run held: this process no longer holds the run (" in err
+    assert "); nothing of this process was published" in err
+    assert "FAILED" not in out and "PASSED" not in out
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    [run] = read_table(tmp_path, "runs").to_pylist()
+    assert run["status"] == "passed"
+    assert _tally(tmp_path) == tiny_alone.tally

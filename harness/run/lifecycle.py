@@ -1,6 +1,6 @@
 """What every run does around its own work, the same for a sweep and a bench: claim a run id
-(refused before Ray starts; held until the run ends), join or start Ray and shut it down, time its phases, write the
-`runs` row that says which code, versions, devices and bytes produced it."""
+(refused before Ray starts; held until the run ends), join or start Ray and shut it down, time
+its phases, write the `runs` row that says which code, versions, devices and bytes produced it."""
 
 from __future__ import annotations
 
