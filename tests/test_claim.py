@@ -123,6 +123,9 @@ def test_an_owner_killed_before_it_began_leaves_the_id_to_the_next_run(tmp_path:
     with take(tmp_path) as claim:
         assert claim.held()
     assert not (tmp_path / ".staging" / "a").exists(), "a run that never began leaves nothing behind"
+    with take(tmp_path / "new") as claim:
+        assert claim.held()
+    assert not (tmp_path / "new").exists(), "not even the folders its claim made"
 
 
 def test_a_pid_that_names_another_process_now_is_gone(tmp_path: Path) -> None:

@@ -138,9 +138,10 @@ class Claim:
     `end` (the run is published) or on leaving the `with` block (released; where the run wrote
     nothing readers see, its staging removed too)."""
 
-    def __init__(self, results: Path, run_id: str, owner: Owner, path: Path) -> None:
+    def __init__(self, results: Path, run_id: str, owner: Owner, path: Path, made: tuple[Path, ...] = ()) -> None:
         self.results, self.run_id, self.owner, self.path = results, run_id, owner, path
         self.staging = path.parent
+        self.made = made  # the folders above the staging that this claim made: removed with it where left empty
 
     @classmethod
     def take(cls, results: Path, run_id: str, resume: bool, claimed_at: str, command: str = "") -> Claim:
@@ -152,6 +153,7 @@ class Claim:
         if not resume and began(results, run_id) and not staging.is_dir():  # published
             raise UsageError(_exists(run_id, results))
         me, lost = Owner.me(claimed_at, command), 0
+        above = tuple(p for p in (staging.parent, results) if not p.exists())
         for _ in range(TRIES):
             made = not resume and _make(staging)
             owners = _owner_files(staging)
@@ -168,7 +170,7 @@ class Claim:
             lost = n + 1
         else:
             raise UsageError(f"{where} {run_id}: other processes kept claiming that run in {results}; try again")
-        claim = cls(results, run_id, me, staging / f"owner-{n + 1}.json")
+        claim = cls(results, run_id, me, staging / f"owner-{n + 1}.json", above)
         if left is not None:
             print(f"harness: run {run_id}: {_owner_line(left)} is gone; this process takes the run over", file=sys.stderr)
             left.unlink(missing_ok=True)
@@ -205,6 +207,9 @@ class Claim:
         gone = inside(self.results, self.results / STAGING / f".{self.run_id}.{self.owner.token}.ended")
         os.rename(self.staging, gone)
         shutil.rmtree(gone, ignore_errors=True)
+        for folder in self.made:
+            with contextlib.suppress(OSError):  # not empty: other runs' are there
+                folder.rmdir()
 
     def __enter__(self) -> Self:
         return self
@@ -227,12 +232,16 @@ def _exists(run_id: str, results: Path) -> str:
 
 def _make(staging: Path) -> bool:
     """Make the staging folder; False where it exists."""
-    staging.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        staging.mkdir()
-    except FileExistsError:
-        return False
-    return True
+    for _ in range(TRIES):
+        staging.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            staging.mkdir()
+        except FileExistsError:
+            return False
+        except FileNotFoundError:  # the folder above, left empty by a claim that ended, removed meanwhile
+            continue
+        return True
+    raise UsageError(f"{staging.parent}: its folders keep being removed while this run claims {staging.name}; try again")
 
 
 def _owner_line(path: Path) -> str:
