@@ -20,3 +20,9 @@ class FileError(UsageError):
 
 class PolicyLoadError(FileError):
     """A policy file (or a file beside it) that cannot be read as a policy."""
+
+
+class InfrastructureError(Exception):
+    """The machine failed the run, not the user and not the port: Ray did not start, the results
+    folder could not be written (a full or failing disk). One line, exit 3; a sweep's run is kept
+    `incomplete`, and `--resume` finishes it once the cause is gone."""

@@ -148,7 +148,7 @@ class BenchSampleRow:
 class RunRow:
     started_at: str
     finished_at: str | None
-    status: str  # running, passed, failed, error
+    status: str  # running, passed, failed, incomplete (resumable: a loss, Ray or the results disk), interrupted, bench
     accelerator: str
     n_cards: int
     devices: str  # JSON list of device descriptors

@@ -5,15 +5,22 @@ temporary name, flushed to disk and renamed, so a reader (pyarrow, DuckDB) sees 
 or none. While a sweep runs, each finished unit is staged under `<results>/.staging/<run_id>/`
 (hidden from readers); `--resume` reads what was staged and the end of the run turns the staged
 parts into one file per table. A run that ends incomplete keeps its staging for `--resume`.
+
+A write that fails (a full or failing disk) is an InfrastructureError naming the file and the
+cause, and leaves no temporary file behind: what was written before it stays whole. While a run
+runs, its staging holds a reserve (RESERVE_BYTES): a run stopped by a full disk frees it to write
+its status, so no run is left `running` after its process is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -21,8 +28,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.errors import InfrastructureError, first_line
 from harness.store.paths import STAGING, check_run_id, inside, table_dir
 from harness.store.schema import SCHEMAS, CheckRow, EpisodeRow, RunRow
+
+
+# Room for a run's last `runs` row on a disk that filled up under it (the row is tens of KiB).
+RESERVE_BYTES = 1024 * 1024
+RESERVE = ".reserve"
 
 
 def new_run_id() -> str:
@@ -41,14 +54,30 @@ def columns_table(table: str, columns: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type, from_pandas=True) for f in schema], schema=schema)
 
 
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An OSError while writing `path` as the machine's failure (exit 3), in one line."""
+    try:
+        yield
+    except OSError as exc:
+        cause = f"{os.strerror(exc.errno)} (errno {exc.errno})" if exc.errno else first_line(exc)
+        raise InfrastructureError(f"cannot write the results: {path}: {cause}") from exc
+
+
 def write_atomic(table: pa.Table, path: Path) -> Path:
     """Write `table` to `path` (which the callers check lies in the results) whole or not at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    pq.write_table(table, tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with writing(path):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):  # the space it took, for the writes that say what happened
+                tmp.unlink(missing_ok=True)
+            raise
     return path
 
 
@@ -74,20 +103,35 @@ class RunWriter:
         self.staging = inside(results, results / STAGING / run_id)
 
     def begin(self, row: RunRow) -> None:
-        """The run's first `runs` row. From here on the staging exists: a run killed before its
-        first unit can still be resumed, and a sweep refused before this leaves nothing behind."""
-        self.staging.mkdir(parents=True, exist_ok=True)
+        """The run's first `runs` row. From here on the staging exists, with the reserve: a run
+        killed before its first unit can still be resumed, and a sweep refused before this leaves
+        nothing behind."""
+        reserve = self.staging / RESERVE
+        with writing(reserve):
+            self.staging.mkdir(parents=True, exist_ok=True)
+            reserve.write_bytes(bytes(RESERVE_BYTES))
         self.write_run(row)
 
     def write_run(self, row: RunRow) -> None:
         write_rows(self.results, "runs", self.run_id, [row])
+
+    def end(self, row: RunRow) -> None:
+        """The `runs` row of a run that stopped early (incomplete, interrupted), written into the
+        space of the reserve; the staging stays for `--resume` (made here where the run stopped
+        before `begin`)."""
+        with writing(self.staging):
+            self.staging.mkdir(parents=True, exist_ok=True)
+            (self.staging / RESERVE).unlink(missing_ok=True)
+        self.write_run(row)
 
     def stage_unit(self, unit_id: str, checks: list[CheckRow], episodes: list[EpisodeRow]) -> None:
         # The marker is written last: a unit counts as done only once all its rows are on disk.
         write_atomic(to_table("checks", checks), self.staging / f"{unit_id}.checks.parquet")
         if episodes:  # most units play none: no file rather than an empty one
             write_atomic(to_table("episodes", episodes), self.staging / f"{unit_id}.episodes.parquet")
-        (self.staging / f"{unit_id}.done").touch()
+        done = self.staging / f"{unit_id}.done"
+        with writing(done):
+            done.touch()
 
     def done_units(self) -> set[str]:
         if not self.staging.is_dir():
