@@ -222,11 +222,16 @@ def _ended_in_one_line(driver: subprocess.Popen) -> str:
     return last
 
 
-def test_ctrl_c_ends_the_run_interrupted_with_its_resume_command(ray_head: Head, tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_ends_the_run_interrupted_with_its_resume_command(
+    ray_head: Head, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C, or SIGTERM as `kill` and `ray job stop` send it: one line, exit 130, the run
+    recorded as interrupted, never left running."""
     driver = _start_sweep(ray_head, tmp_path, "ctrl-c")
     try:
         _wait_for_units(driver, tmp_path / ".staging" / "ctrl-c", 1)
-        driver.send_signal(signal.SIGINT)
+        driver.send_signal(signum)
         last = _ended_in_one_line(driver)
     finally:
         _kill_group(driver.pid)

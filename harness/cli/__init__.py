@@ -8,15 +8,13 @@ written; a sweep is resumable), 130 interrupted (Ctrl-C or SIGTERM; a sweep is r
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from collections.abc import Callable
-from types import FrameType
 from typing import NoReturn
 
 from harness.cli import bench, export_onnx, info, query, report, sweep
 from harness.errors import InfrastructureError, UsageError
+from harness.run.signals import sigterm_interrupts
 
 # In the order `harness --help` lists them. A module that fails to import fails the command
 # line, loudly: a subcommand never goes missing in silence.
@@ -46,10 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return answer(lambda: int(args.func(args)))
@@ -58,12 +52,9 @@ def main(argv: list[str] | None = None) -> int:
 def answer(command: Callable[[], int], name: str = "harness") -> int:
     """Run `command` and end as every entry point (`name`) ends: its exit code, and for a mistake,
     a machine's failure or an interrupt, one line on stderr and no traceback."""
-    # SIGTERM (`kill`, `ray job stop`) ends a run as Ctrl-C does: its status says interrupted, never
-    # running. Only the main thread may set a handler; the one before is put back.
-    handles_sigterm = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if handles_sigterm else None
     try:
-        return command()
+        with sigterm_interrupts():
+            return command()
     except UsageError as exc:
         print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
@@ -77,6 +68,3 @@ def answer(command: Callable[[], int], name: str = "harness") -> int:
         # The reader went away (`harness query ... | head`): not an error of ours or theirs.
         sys.stderr.close()
         return 0
-    finally:
-        if handles_sigterm:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

@@ -17,6 +17,7 @@ from harness.devices import Kind, accelerator
 from harness.errors import UsageError
 from harness.run.phases import Phases
 from harness.run.place import card_count, cluster_address, connect, describe_cluster
+from harness.run.signals import sigterm_interrupts
 from harness.run.provenance import now
 from harness.store.schema import RunRow
 from harness.store.paths import table_dir
@@ -55,7 +56,8 @@ def ray_cluster(address: str | None, kind: Kind, cards: int | None, phases: Phas
             connect(address, kind, cards)
             n_cards = card_count(kind, cards)
         print(f"Ray up in {phases['ray']:.1f} s: {describe_cluster()}", flush=True)
-        yield n_cards
+        with sigterm_interrupts():  # again: ray.init set its own handler, which exits at once
+            yield n_cards
     finally:
         with phases("shutdown"):
             ray.shutdown()
