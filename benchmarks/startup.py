@@ -42,8 +42,11 @@ class TorchOnly:
 
 def bare() -> dict[str, float]:
     """Seconds of a bare ray.init, its actors up, and its shutdown."""
+    from harness.devices import SIMULATED, accelerator
     from harness.run.place import BASE_ENV
 
+    for logger in accelerator(SIMULATED).quiet_loggers:  # as the sweep's ray.init: no AscendCL traceback
+        logging.getLogger(logger).setLevel(logging.CRITICAL)
     seconds = {}
     start = time.perf_counter()
     ray.init(
