@@ -20,7 +20,8 @@ import torch
 from actors.policy_actor import describe_runner
 from harness.devices import Kind, open_card, ray_card_id, synchronize
 from harness.envs.spec import EnvSpec
-from harness.inference.faults import Fault, inject
+from harness.inference.fault_specs import Fault
+from harness.inference.faults import inject
 from harness.inference.forward import forward_outputs, outputs_to_numpy, to_device
 from harness.inference.runner import Runner
 from harness.inference.timing import (

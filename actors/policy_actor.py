@@ -11,7 +11,8 @@ import ray
 
 from harness.devices import Kind, open_card, ray_card_id
 from harness.envs.spec import EnvSpec
-from harness.inference.faults import Fault, inject, strike
+from harness.inference.fault_specs import Fault
+from harness.inference.faults import inject, strike
 from harness.inference.runner import Runner
 from harness.outputs import EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec

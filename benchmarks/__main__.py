@@ -8,12 +8,14 @@ import sys
 
 BENCHMARKS = (
     "sweep_wall_time",
+    "startup",
     "ratio_limits",
     "episode_batching",
     "closed_loop_vs_sb3",
     "ray_vs_in_process",
     "card_scaling",
     "timer_overhead",
+    "cli_speed",
 )
 
 

@@ -40,7 +40,7 @@ def after_startup(episodes: int, batching: str) -> tuple[float, bool]:
         start = time.perf_counter()
         outcome = run_sweep(config)
         total = time.perf_counter() - start
-    return total - outcome.phases["startup"], outcome.passed
+    return total - outcome.phases.startup, outcome.passed
 
 
 def run() -> Comparison:

@@ -31,7 +31,7 @@ def run() -> Comparison:
         name="default sweep wall time (cartpole + huggy-arch, 3 dtypes, 2 simulated cards)",
         measured={
             "total": f"{total:.1f} s (target < {TARGET_TOTAL_S:.0f} s: {met}), verdict {outcome.status}",
-            "start-up (Ray, actors ready)": f"{t['startup']:.1f} s",
+            "start-up (Ray, actors ready)": f"{t.startup:.1f} s",
             "compute (waiting on actors)": f"{t['compute']:.1f} s",
             "overhead: plan": f"{t['plan']:.2f} s",
             "overhead: fan-out": f"{t['fanout']:.2f} s",

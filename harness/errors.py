@@ -25,3 +25,9 @@ class PolicyLoadError(FileError):
 class RunLost(Exception):
     """A run that no longer holds its run id (its staging folder removed, or another process took
     the run over): it stops without publishing, exit 3, and never writes over the holder's rows."""
+
+
+class InfrastructureError(Exception):
+    """The machine failed the run, not the user and not the port: Ray did not start, the results
+    folder could not be written (a full or failing disk). One line, exit 3; a sweep's run is kept
+    `incomplete`, and `--resume` finishes it once the cause is gone."""

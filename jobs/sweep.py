@@ -15,7 +15,7 @@ from pathlib import Path
 # importing `harness` sets the device-backend guard before anything can import torch.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.cli import Parser
+from harness.cli import Parser, answer
 from harness.cli import sweep as sweep_command
 from harness.errors import UsageError
 from harness.run.options import SweepConfig, add_arguments
@@ -25,14 +25,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = Parser(prog="jobs/sweep.py", description="harness sweep, as a Ray job")
     add_arguments(parser, SweepConfig)
     args = parser.parse_args(argv)
-    try:
+
+    def job() -> int:
         if not Path(getattr(args, "results", "")).is_absolute():
             raise UsageError("--results must be an absolute path: a Ray job runs in a temporary copy of the working dir")
         again = "ray job submit --address http://DASHBOARD --working-dir . -- python jobs/sweep.py"
         return sweep_command.run(args, "jobs/sweep.py", again)
-    except UsageError as exc:
-        print(f"jobs/sweep.py: error: {exc}", file=sys.stderr)
-        return 2
+
+    return answer(job, "jobs/sweep.py")
 
 
 if __name__ == "__main__":

@@ -24,9 +24,10 @@ before=$("$py" -c "from importlib.metadata import version; print(version('torch'
 "$py" -m pip install -q -e .
 "$py" -c "from importlib.metadata import version as v; import sys; t = v('torch'); \
   sys.exit(0 if t == '$before' else f'installing the harness replaced torch $before with {t}')"
-# The test oracles (SB3 2.9 asks for torch >= 2.8) may not move torch either: it is held where it
-# is, so pip takes the SB3 and sb3-contrib that run on it.
-"$py" -m pip freeze | grep -iE '^(torch|torch-npu)==' > "$venv/held.txt"
+# The extras (SB3 2.9 asks for torch >= 2.8) may not move torch either: it is held where it is, so
+# pip takes the SB3 and sb3-contrib that run on it. The README's host install, line for line
+# (tests/test_install.py holds the two to each other), so every CI venv runs what a host runs.
+"$py" -c "from importlib.metadata import version; print('torch==' + version('torch'))" > "$venv/held.txt"
 "$py" -m pip install -q -e ".[$extras]" -c "$venv/held.txt"
 # onnx2torch's metadata asks for torchvision, whose newest release pins the newest torch; it runs
 # on onnx, numpy and torch alone (pyproject.toml).
@@ -48,5 +49,5 @@ except PackageNotFoundError:
     pass
 else:
     raise AssertionError("torchvision was installed: something in the dependency set asks for it")
-print(f"{sys.prefix}: torch {torch} (untouched), torch-npu {npu or '-'}")
+print(f"{sys.prefix}: torch {torch} (untouched), torch-npu {npu or '-'}, stable-baselines3 {version('stable-baselines3')}")
 PY

@@ -219,8 +219,12 @@ def test_windowed_rows_carry_intervals_that_bench_samples_reproduce_in_sql(ray_h
     for r in throughput:
         assert r["dps"] == pytest.approx(r["sql_dps"], rel=1e-9) and r["efficiency"] == pytest.approx(r["sql_efficiency"])
     for r in (r for r in rows if r["mode"] == "server"):
-        assert r["max_qps"] > 0 and r["p99_ms"] <= 50.0 and r["decisions_per_s"] == r["max_qps"] * 8, r
-        assert r["windows"] >= 368
+        # Whether any rate meets the bound is the machine's to say (a loaded one may meet none): a
+        # row either has its rate and that rate's figures, or is invalid and says why.
+        if r["max_qps"] is None:
+            assert not r["valid"] and "no rate" in r["invalid_reason"], r
+        else:
+            assert r["p99_ms"] <= 50.0 and r["decisions_per_s"] == r["max_qps"] * 8 and r["windows"] >= 368, r
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from harness.inference.faults import Fault, parse_faults, strike
+from harness.inference.fault_specs import Fault, parse_faults
+from harness.inference.faults import strike
 from harness.report.summary import print_summary
 from harness.run.gather import HANG_MULTIPLE, Share, Watch, shares_of
 from harness.run.place import Placement, join_refusal, token_refusal

@@ -1,11 +1,10 @@
 """Hostile and careless input: no run id, results path or config reaches a file outside the
-results, and every bomb is exit 2 within seconds, with one line, before Ray starts."""
+results, and every bomb is exit 2 with one line, before Ray starts."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -100,10 +99,10 @@ def test_results_on_a_read_only_mount_is_exit_2_before_ray_starts(tmp_path: Path
     if made.returncode != 0:
         pytest.skip(f"cannot mount a read-only tmpfs here ({made.stderr.decode().strip() or made.returncode})")
     try:
-        start = time.monotonic()
-        proc = harness("sweep", *QUICK, "--results", str(mount / "results"), timeout=60)
+        ray_dir = tmp_path / "ray"  # where a Ray started by the command would make its session
+        proc = harness("sweep", *QUICK, "--results", str(mount / "results"), timeout=120, env={"RAY_TMPDIR": str(ray_dir)})
         assert_usage_error(proc, "not writable")
-        assert time.monotonic() - start < 20  # refused before Ray starts, not after its start-up
+        assert not ray_dir.exists(), "refused before Ray starts"
     finally:
         subprocess.run(["umount", str(mount)], capture_output=True, timeout=30)
 
@@ -123,14 +122,15 @@ def test_results_on_a_read_only_mount_is_exit_2_before_ray_starts(tmp_path: Path
         (["--policy", "hf://own er/name"], "owner and name are letters"),
     ],
 )
-def test_resource_bombs_and_bad_numbers_are_exit_2_at_once(tmp_path: Path, args: list[str], expected: str) -> None:
-    start = time.monotonic()
+def test_resource_bombs_and_bad_numbers_are_exit_2_before_ray_starts(tmp_path: Path, args: list[str], expected: str) -> None:
+    import ray
+
     for command in ("sweep", "bench"):
         if command == "bench" and "--episodes" in args:
             continue  # a bench plays no episodes of its own
         proc = cli(command, *BASE, *args, "--results", str(tmp_path / "r"))
         assert_usage_error(proc, expected)
-    assert time.monotonic() - start < 30
+        assert not ray.is_initialized()
     assert not (tmp_path / "r").exists()
 
 
@@ -167,13 +167,11 @@ def test_resume_of_a_run_whose_stored_configuration_no_longer_validates_is_exit_
     results = tmp_path / "results"
     _stored_run(results, "old", {"policies": ["cartpole"], "dtypes": ["float8"]}, [], "running")
     _stored_run(results, "older", {"policies": ["cartpole"], "no_such_option": 1}, [], "running")
-    start = time.monotonic()
     assert_usage_error(
         cli("sweep", "--resume", "old", "--results", str(results)),
         "--resume old: its stored configuration no longer validates",
     )
     assert_usage_error(cli("sweep", "--resume", "older", "--results", str(results)), "is not one this harness reads")
-    assert time.monotonic() - start < 20
 
 
 def test_report_of_a_run_with_no_checks_does_not_say_passed(tmp_path: Path) -> None:

@@ -53,6 +53,19 @@ def test_the_torch_range_is_the_tested_support_matrix() -> None:
     assert not torch.specifier.contains("2.5.1") and not torch.specifier.contains("2.14.0")  # no wider than tested
 
 
+def test_the_readme_host_install_is_what_every_ci_venv_runs() -> None:
+    """The README's lines that install the extras next to a host's torch, held where it is, are
+    the ones scripts/install_venv.sh runs for every CI venv (torch 2.6.0 and 2.9.0 among them),
+    which then fails if torch moved: CI runs the README's command."""
+    script = (REPO / "scripts" / "install_venv.sh").read_text()
+    [held] = re.findall(r'^\.venv/bin/python -c "(.+)" > held\.txt$', README, flags=re.M)
+    assert f'"$py" -c "{held}" > "$venv/held.txt"' in script
+    assert re.search(r"^\.venv/bin/pip install -e '\.\[atari,dev\]' -c held\.txt ", README, flags=re.M)
+    assert '"$py" -m pip install -q -e ".[$extras]" -c "$venv/held.txt"' in script
+    assert re.search(r"^extras=dev$", script, flags=re.M), "the dev extra, which takes atari with it"
+    assert "harness[atari]" in PYPROJECT["project"]["optional-dependencies"]["dev"]
+
+
 def test_without_onnx2torch_a_graph_is_refused_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.policies import onnx_graph
 

@@ -33,11 +33,14 @@ SWEEP = (
 )
 
 
-def submit(head: Head, *args: str) -> subprocess.CompletedProcess[str]:
-    """`ray job submit -- python jobs/sweep.py ARGS`, waiting for the job's end."""
+def submit(head: Head, *args: str, env_vars: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`ray job submit -- python jobs/sweep.py ARGS`, waiting for the job's end; `env_vars` go to
+    the job through its runtime environment, as the README's submit command passes the revision."""
     ray = str(Path(sys.executable).parent / "ray")
-    cmd = [ray, "job", "submit", "--address", head.dashboard, "--working-dir", str(REPO), "--", "python", "jobs/sweep.py"]
-    cmd += args
+    cmd = [ray, "job", "submit", "--address", head.dashboard, "--working-dir", str(REPO)]
+    if env_vars:
+        cmd += ["--runtime-env-json", json.dumps({"env_vars": env_vars})]
+    cmd += ["--", "python", "jobs/sweep.py", *args]
     deadline = time.monotonic() + 90
     while True:  # the head's job agent comes up some seconds after `ray start` returns
         proc = subprocess.run(cmd, env=head.env, capture_output=True, text=True, timeout=400)
@@ -47,13 +50,16 @@ def submit(head: Head, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ray_job_submit_runs_the_sweep(ray_head: Head, tmp_path: Path) -> None:
+    """Ray uploads the working dir without .git: the job records the revision the submitting side
+    names (a made-up one here, so that it cannot come from a checkout)."""
     results = tmp_path / "results"
-    proc = submit(ray_head, *SWEEP, "--results", str(results))
+    proc = submit(ray_head, *SWEEP, "--results", str(results), env_vars={"HARNESS_GIT_REVISION": "submitted-0123abc"})
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "succeeded" in proc.stdout
     [run] = read_table(results, "runs").to_pylist()
     assert run["status"] == "passed" and run["n_cards"] == 2
     assert "jobs/sweep.py" in run["command"]
+    assert run["git_revision"] == "submitted-0123abc"
     checks = read_table(results, "checks").to_pylist()
     assert checks and all(r["passed"] for r in checks if r["gating"])
 

@@ -1,13 +1,16 @@
-"""Faults survived and nothing lost: a card actor killed mid-sweep, a killed driver resumed, sweeps
-into one folder at once (one run id held by one process at a time; readers see a run whole or not
-at all). Real processes on the session's Ray cluster."""
+"""Faults survived and nothing lost: a card actor killed mid-sweep, a killed driver resumed, a
+sweep interrupted (Ctrl-C) and one whose results disk filled up, each ending in one line with its
+status recorded and resumable; sweeps into one folder at once (one run id held by one process at a
+time; readers see a run whole or not at all). Real processes on the session's Ray cluster."""
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -120,6 +123,27 @@ def _harness(head: Head, *args: str) -> subprocess.Popen:
         text=True,
         start_new_session=True,
     )
+
+
+def _wait_for_begun(driver: subprocess.Popen, results: Path, run_id: str) -> None:
+    """Until the run has written its first `runs` row: its actors are up and its units about to run."""
+    row = results / "runs" / f"run_id={run_id}" / "part-0.parquet"
+    deadline = time.monotonic() + 300
+    while not row.exists():
+        assert driver.poll() is None, "the sweep ended before it began"
+        assert time.monotonic() < deadline, "the sweep did not begin"
+        time.sleep(0.01)
+
+
+def _fill(path: Path) -> None:
+    """Write `path` until its disk is full."""
+    with open(path, "wb") as f:
+        try:
+            while True:
+                f.write(bytes(1 << 20))
+                f.flush()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC, exc
 
 
 def _wait_for_units(driver: subprocess.Popen, staging: Path, n: int) -> None:
@@ -355,3 +379,70 @@ def test_a_run_taken_over_while_it_runs_stops_with_exit_3_and_never_says_failed(
     assert f"harness: stopped: run held: this process no longer holds the run (pid {os.getpid()} on host {HOST} " in err
     assert "); nothing of this process was published" in err
     assert "FAILED" not in out and "PASSED" not in out
+
+
+def _ended_in_one_line(driver: subprocess.Popen) -> str:
+    out, err = driver.communicate(timeout=300)
+    assert "Traceback" not in out + err, err[-3000:]
+    *_, last = err.strip().splitlines()
+    return last
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_ends_the_run_interrupted_with_its_resume_command(
+    ray_head: Head, tmp_path: Path, signum: signal.Signals
+) -> None:
+    """Ctrl-C, or SIGTERM as `kill` and `ray job stop` send it: one line, exit 130, the run
+    recorded as interrupted, never left running."""
+    driver = _start_sweep(ray_head, tmp_path, "ctrl-c")
+    try:
+        _wait_for_units(driver, tmp_path / ".staging" / "ctrl-c", 1)
+        driver.send_signal(signum)
+        last = _ended_in_one_line(driver)
+    finally:
+        _kill_group(driver.pid)
+    assert driver.returncode == 130
+    resume = f"harness sweep --resume ctrl-c --results {tmp_path} --address {ray_head.address}"
+    assert last == f"harness: interrupted: finish it with: {resume}"
+    [run] = read_table(tmp_path, "runs").to_pylist()
+    assert run["status"] == "interrupted" and run["finished_at"] is not None
+    assert json.loads(run["summary"])["done_units"] >= 1
+
+
+def test_a_full_results_disk_ends_the_run_incomplete_and_resume_completes_it(
+    ray_head: Head, tmp_path: Path, clean_verdicts: set[tuple]
+) -> None:
+    """The results on a small tmpfs, filled up by another file once the run has begun: the next
+    write fails with ENOSPC. The run says so in one line (exit 3) and still records its status in
+    the room its reserve kept; with space freed, its resume command finishes it."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], capture_output=True, timeout=30)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mounted.stderr.decode().strip() or mounted.returncode})")
+    results, filler = disk / "results", disk / "filler"
+    try:
+        driver = _start_sweep(ray_head, results, "full")
+        try:
+            _wait_for_begun(driver, results, "full")
+            _fill(filler)
+            last = _ended_in_one_line(driver)
+        finally:
+            _kill_group(driver.pid)
+        assert driver.returncode == 3, last
+        cause, _, command = last.partition("; finish it with: ")
+        assert cause.startswith(f"harness: incomplete: cannot write the results: {results}/"), last
+        assert cause.endswith(f"{os.strerror(errno.ENOSPC)} (errno {errno.ENOSPC})"), last
+        [run] = read_table(results, "runs").to_pylist()
+        assert run["status"] == "incomplete" and "No space left on device" in json.loads(run["summary"])["stopped"]
+
+        filler.unlink()
+        assert command == f"harness sweep --resume full --results {results} --address {ray_head.address}"
+        resumed = cli(*shlex.split(command)[1:], "--no-progress")
+        assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+        [run] = read_table(results, "runs").to_pylist()
+        assert run["status"] == "passed"
+        assert _verdicts(results) == clean_verdicts
+        assert not (results / ".staging" / "full").exists()
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], capture_output=True, timeout=30)

@@ -256,6 +256,42 @@ def test_a_defect_common_to_every_card_is_caught_against_the_golden(ray_head: He
     assert run["faults"] == "all:reduced-fp32,all:fp16-accumulate" and run["status"] == "failed"
 
 
+def test_a_sweep_says_what_it_starts_which_environment_it_played_and_where_the_time_went(
+    ray_head: Head, tmp_path: Path
+) -> None:
+    """As it starts: Ray, then each actor as it comes up, then the units. At the end: the
+    environment played instead of --env and why (cartpole names its own), the phases, and the
+    command that reports the run."""
+    proc = sweep_on(
+        ray_head.address,
+        tmp_path,
+        *("--policy", "cartpole", "--env", "CartPole-v1", "--dtypes", "float32", "--batch-sizes", "1"),
+        *("--episodes", "1", "--cards", "2", "--run-id", "said"),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0] == f"joining the Ray cluster at {ray_head.address}"
+    assert lines[1].startswith("Ray up in ") and "'NPU': 4.0" in lines[1]
+    ups = [line for line in lines if line.startswith("actors ")]
+    assert [u.split(":")[0] for u in ups] == ["actors 1/3 up", "actors 2/3 up", "actors 3/3 up"], ups
+    assert {u.split(": ", 1)[1].split(" on ")[0] for u in ups} == {"sim-cpu0", "sim-cpu1", "cpu"}
+    assert (
+        "  cartpole plays seals/CartPole-v0 (built in), not --env CartPole-v1: --env gives an environment to the policies "
+        "that name none; [envs] in a --config file sets one per policy"
+    ) in lines
+    assert {r["env_id"] for r in _rows(tmp_path, "episodes", "said")} == {"seals/CartPole-v0"}
+    *_, verdict, phases, report = lines
+    assert verdict.startswith("run said: PASSED")
+    for phase in ("Ray start-up", "actors start-up", "compute", "judge", "write", "Ray shutdown"):
+        assert f"{phase} " in phases, phases
+    assert phases.startswith("time: ") and " s in all (" in phases
+    assert report == f"report: harness report said --results {tmp_path}"
+    [run] = _rows(tmp_path, "runs", "said")
+    notes = json.loads(run["summary"])["env_notes"]
+    assert len(notes) == 1 and notes[0].startswith("cartpole plays seals/CartPole-v0")
+    assert set(json.loads(run["summary"])["timings_s"]) >= {"ray_s", "actors_s", "compute_s", "judge_s", "write_s"}
+
+
 def test_a_card_that_crashes_or_hangs_once_is_restarted_and_one_that_keeps_dying_is_recorded(
     ray_head: Head, tmp_path: Path
 ) -> None:

@@ -1,16 +1,20 @@
 """The `harness` command: one module per subcommand, registered here explicitly. Heavy imports
-(torch, Ray) happen inside each command's `run`, so `harness --help` is instant. Exit codes: 0
-every check passed, 1 a check failed, 2 bad usage (one line on stderr, no traceback), 3 a sweep
-that ended incomplete (a card or node lost or hung; resumable)."""
+(torch, onnx, Ray) happen inside each command's `run`, after its options are checked, so `--help`,
+a usage mistake and `harness query` never import torch (tests/test_cli_imports.py). Exit codes: 0
+every check passed, 1 a check failed, 2 bad usage (one line on stderr, no traceback), 3 a run that
+ended incomplete (a card or node lost or hung, Ray that did not start, results that could not be
+written; a sweep is resumable), 130 interrupted (Ctrl-C or SIGTERM; a sweep is resumable)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from typing import NoReturn
 
 from harness.cli import bench, export_onnx, info, query, report, sweep
-from harness.errors import UsageError
+from harness.errors import InfrastructureError, RunLost, UsageError
+from harness.run.signals import sigterm_interrupts
 
 # In the order `harness --help` lists them. A module that fails to import fails the command
 # line, loudly: a subcommand never goes missing in silence.
@@ -29,8 +33,10 @@ def build_parser() -> argparse.ArgumentParser:
         prog="harness",
         description="Prove an accelerator port of an RL policy right, and measure its speed.",
         epilog="exit codes: 0 every gating check passed; 1 a gating check failed; 2 bad usage, config or input "
-        "(one line on stderr, before Ray starts); 3 a sweep ended incomplete: the cluster lost or hung a card or "
-        "node and could not recover, the finished units are kept, and `harness sweep --resume RUN_ID` finishes it",
+        "(one line on stderr, before Ray starts); 3 a run ended incomplete: the cluster lost or hung a card or "
+        "node and could not recover, Ray did not start, or the results could not be written (a full or failing "
+        "disk); a sweep's finished units are kept, and `harness sweep --resume RUN_ID` finishes it; 130 "
+        "interrupted (Ctrl-C, SIGTERM), resumable the same way",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
@@ -40,13 +46,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    return answer(lambda: int(args.func(args)))
+
+
+def answer(command: Callable[[], int], name: str = "harness") -> int:
+    """Run `command` and end as every entry point (`name`) ends: its exit code, and for a mistake,
+    a machine's failure or an interrupt, one line on stderr and no traceback."""
     try:
-        return args.func(args)
+        with sigterm_interrupts():
+            return command()
     except UsageError as exc:
-        print(f"harness: error: {exc}", file=sys.stderr)
+        print(f"{name}: error: {exc}", file=sys.stderr)
         return 2
+    except InfrastructureError as exc:  # a sweep says this with its resume command; here before a run exists
+        print(f"{name}: incomplete: {exc}", file=sys.stderr)
+        return 3
+    except RunLost as exc:  # another process holds the run now: this one published nothing, and says no verdict
+        print(f"{name}: stopped: {exc}", file=sys.stderr)
+        return 3
     except KeyboardInterrupt:
-        print("harness: interrupted", file=sys.stderr)
+        print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader went away (`harness query ... | head`): not an error of ours or theirs.

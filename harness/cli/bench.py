@@ -17,14 +17,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.cli.sweep import INCOMPLETE
-    from harness.errors import RunLost
-    from harness.run.bench import run_bench
+    """The options are checked before the driver (torch, Ray) is imported: a mistake is answered at once."""
     from harness.run.options import config_from_args
+    from harness.run.phases import Phases
 
-    try:
-        outcome = run_bench(config_from_args(args, BenchConfig), command=" ".join(sys.argv))
-    except RunLost as exc:
-        print(f"harness: stopped: {exc}", file=sys.stderr)
-        return INCOMPLETE
+    config = config_from_args(args, BenchConfig)
+    phases = Phases()
+    with phases("imports"):
+        from harness.run.bench import run_bench
+
+    outcome = run_bench(config, command=" ".join(sys.argv), phases=phases)
     return 0 if outcome.passed else 1

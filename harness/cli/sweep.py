@@ -8,19 +8,17 @@ import sys
 
 from harness.run.options import SweepConfig, add_arguments
 
-# Exit code of a run that ended early (the cluster lost or hung a card): nothing failed yet,
-# the finished units are kept, and `--resume` completes the run.
-INCOMPLETE = 3
+EPILOG = (
+    "exit: 0 every gating check passed, 1 a gating check failed, 2 bad usage, config or input, 3 incomplete: a card "
+    "or node was lost or hung and the cluster could not recover, Ray did not start, or the results could not be "
+    "written; the finished units are kept, and the command printed (--resume RUN_ID) runs the rest; 130 interrupted "
+    "(Ctrl-C, SIGTERM), resumable the same way"
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
-        "sweep",
-        help="validate policies on every card against each other and the CPU",
-        epilog="exit: 0 every gating check passed, 1 a gating check failed, 2 bad usage, config or input, "
-        "3 incomplete: a card or node was lost or hung and the cluster could not recover; the finished units are "
-        "kept, and the command printed (--resume RUN_ID) runs the rest; or the run lost its run id to another process "
-        "(its staging removed, or taken over) and published nothing",
+        "sweep", help="validate policies on every card against each other and the CPU", epilog=EPILOG
     )
     add_arguments(parser, SweepConfig)
     parser.set_defaults(func=run)
@@ -28,18 +26,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace, name: str = "harness", again: str = "harness sweep") -> int:
     """The sweep, as the entry point `name` runs it; `again` is how that entry point is run to
-    resume (DASHBOARD in it stands for the cluster's dashboard)."""
-    from harness.errors import RunLost
+    resume (DASHBOARD in it stands for the cluster's dashboard). The options are checked before
+    the driver (torch, Ray) is imported: a mistake is answered at once."""
     from harness.run.options import config_from_args
-    from harness.run.sweep import run_sweep
+    from harness.run.phases import Phases
 
-    try:
-        outcome = run_sweep(config_from_args(args, SweepConfig), command=" ".join(sys.argv))
-    except RunLost as exc:
-        print(f"{name}: stopped: {exc}", file=sys.stderr)
-        return INCOMPLETE
-    if outcome.status == "incomplete":
-        command = f"{again.replace('DASHBOARD', outcome.dashboard or 'DASHBOARD')} {shlex.join(outcome.resume_args)}"
-        print(f"{name}: incomplete: finish it with: {command}", file=sys.stderr)
-        return INCOMPLETE
+    config = config_from_args(args, SweepConfig)
+    phases = Phases()
+    with phases("imports"):
+        from harness.run.lifecycle import EXIT_CODES
+        from harness.run.sweep import run_sweep
+
+    outcome = run_sweep(config, command=" ".join(sys.argv), phases=phases)
+    if outcome.status in EXIT_CODES:
+        why = f"{outcome.reason}; " if outcome.reason else ""
+        if outcome.resume_args:
+            command = f"{again.replace('DASHBOARD', outcome.dashboard or 'DASHBOARD')} {shlex.join(outcome.resume_args)}"
+            print(f"{name}: {outcome.status}: {why}finish it with: {command}", file=sys.stderr)
+        else:
+            print(f"{name}: {outcome.status}: {why}nothing was kept: run it again", file=sys.stderr)
+        return EXIT_CODES[outcome.status]
     return 0 if outcome.passed else 1

@@ -25,7 +25,6 @@ from harness.envs.spec import EnvSpec
 
 ENV_ID = "seals/CartPole-v0"
 HORIZON = 500  # seals registers the environment with max_episode_steps=500
-IMPLS = ("numpy", "gymnasium")  # this file's numpy copy, or the real environments (harness/envs/lockstep.py)
 
 # gymnasium CartPoleEnv.__init__, computed as it computes them.
 GRAVITY = 9.8

@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
+from harness.envs import IMPLS
 from harness.envs.cartpole import ENV_ID as CARTPOLE_ID
-from harness.envs.cartpole import IMPLS, VecCartPole
+from harness.envs.cartpole import VecCartPole
 from harness.envs.observations import Observations
 from harness.envs.protocol import LockstepEnv, Obs, Step
 from harness.envs.spec import EnvSpec, make_env

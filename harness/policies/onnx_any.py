@@ -1,5 +1,10 @@
 """`*.onnx`: an ML-Agents export (its known layout, read node by node), else any graph (onnx2torch);
-and onnxruntime on the original file, the reference every rebuild is checked against."""
+and onnxruntime on the original file, the reference every rebuild is checked against.
+
+onnx is imported where a graph is read, not with this module: the registry imports every format,
+so every actor and the driver would pay onnx's import (1.5 s of CPU, most of it ml_dtypes) for
+policies that are no ONNX at all.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from harness.errors import PolicyLoadError
 from harness.policies.base import ActionKind, PolicyInfo, PolicyNet
 from harness.policies.loader import Peek, PolicyFormat, PolicySpec
-from harness.policies.onnx_model import GraphIndex, read_model
 
 if TYPE_CHECKING:
+    import onnx
     import onnxruntime
 
 
@@ -39,6 +43,8 @@ class Onnx(PolicyFormat):
 def load_onnx(path: Path, onnx_output: str | None, action_kind: ActionKind | None) -> PolicyNet:
     """An ML-Agents export (it has a `version_number` output, and its layout says the head and
     the action kind, so `onnx_output` and `action_kind` are not needed), else any graph."""
+    from harness.policies.onnx_model import read_model
+
     onnx_file = read_model(path)
     if _is_mlagents(onnx_file.model):
         from harness.policies.mlagents_onnx import load_mlagents_onnx
@@ -87,7 +93,10 @@ def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
     Only the list of graph outputs may grow: a head that is not an output (the logits before an
     ArgMax) is added as one, so onnxruntime returns the tensor the torch rebuild computes.
     """
+    import onnx
     import onnxruntime
+
+    from harness.policies.onnx_model import GraphIndex, read_model
 
     if info.onnx_path is None:
         raise ValueError(f"{info.name} did not come as ONNX: there is no onnxruntime reference")

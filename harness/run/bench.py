@@ -31,7 +31,7 @@ from tqdm import tqdm
 from harness.devices import Kind, resolve_accelerator
 from harness.envs.registry import check_env
 from harness.envs.spec import EnvSpec
-from harness.inference.faults import Fault, parse_faults
+from harness.inference.fault_specs import Fault, parse_faults, refuse_absent_cards
 from harness.inference.timing import ClosedLoop, LatencyWindow, Throughput, measure_latency
 from harness.judge.bench_stats import (
     efficiency_above_one,
@@ -46,8 +46,9 @@ from harness.outputs import Outputs
 from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
 from harness.run.dispatch import check_row
-from harness.run.budget import check_cards, check_memory, estimate, expected_cards
-from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
+from harness.run.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
+from harness.run.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
+from harness.run.phases import Phases
 from harness.run.options import BenchConfig
 from harness.run.measure import (
     AuditSample,
@@ -91,15 +92,15 @@ class BenchOutcome:
         return all(c.passed for c in self.checks)
 
 
-def run_bench(config: BenchConfig, command: str = "") -> BenchOutcome:
+def run_bench(config: BenchConfig, command: str = "", phases: Phases | None = None) -> BenchOutcome:
     """The bench; its run id is held by this process (harness/store/claim.py) from the plan,
-    before Ray starts, to the end of the run."""
+    before Ray starts, to the end of the run. `phases` may already hold what came before it (the
+    command's imports)."""
     with ExitStack() as held:
-        return _bench(config, command, held)
+        return _bench(config, command, held, phases or Phases())
 
 
-def _bench(config: BenchConfig, command: str, held: ExitStack) -> BenchOutcome:
-    phases = Phases()
+def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -> BenchOutcome:
     started = now()
     results = Path(config.results)
     with phases("plan"):
@@ -124,6 +125,7 @@ def _bench(config: BenchConfig, command: str, held: ExitStack) -> BenchOutcome:
         faults = parse_faults(config.inject_fault)
         windows = Windows.of(config)
     n_placed = config.cards or (max(config.card_counts) if config.card_counts else None)
+    refuse_absent_cards(faults, n_placed or planned_cards(kind, config), cards_source(config))
 
     with bench_cards(
         config.address, kind, n_placed, specs, policies, config.threads, config.precision, phases, faults
@@ -176,6 +178,7 @@ def _bench(config: BenchConfig, command: str, held: ExitStack) -> BenchOutcome:
         }
         writer.publish(tables, finish_run_row(run_row, "bench", summary, phases))
     print_bench_summary(rows, checks, run_id, sys.stdout)
+    said_at_the_end(run_id, config.results, phases)
     return BenchOutcome(run_id, rows, checks, table_dir(results, "bench", run_id) / "part-0.parquet")
 
 
@@ -195,7 +198,8 @@ def bench_cards(
     Ray down afterwards. The benchmarks use this too."""
     phases = phases or Phases()
     with ray_cluster(address, kind, cards, phases) as n_cards:
-        with phases("startup"):
+        refuse_absent_cards(faults or [], n_cards, "all the cluster has")
+        with phases("actors"):
             placed = place_bench(kind, n_cards, specs, policies, threads, precision, faults or [])
         yield placed
 

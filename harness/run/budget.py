@@ -76,13 +76,26 @@ def check_cards(cards: int | None, kind: str, address: str | None) -> None:
         )
 
 
-def expected_cards(kind: str, config: CommonOptions) -> int:
-    """The cards a run will get, as far as can be told before Ray starts: those asked for, the
-    simulated ones a private local Ray declares, else one (a cluster says how many it has)."""
-    if config.cards is not None:
+def planned_cards(kind: str, config: CommonOptions) -> int | None:
+    """The cards a run will get, where that is known before Ray starts: those asked for, or the
+    simulated ones a private local Ray declares; None where a cluster (or the node's own cards) will say."""
+    if config.cards is not None or cluster_address(config.address):
         return config.cards
-    declared = accelerator(kind).local_cards
-    return declared if declared is not None and cluster_address(config.address) is None else 1
+    return accelerator(kind).local_cards
+
+
+def expected_cards(kind: str, config: CommonOptions) -> int:
+    """The cards a run will get as far as can be told before Ray starts, else one."""
+    return planned_cards(kind, config) or 1
+
+
+def cards_source(config: CommonOptions) -> str:
+    """Where a run's card count comes from, as a refusal says it."""
+    if config.cards is not None:
+        return f"--cards {config.cards}"
+    if cluster_address(config.address):
+        return "all the cluster has"
+    return "the private local Ray's simulated cards; --cards N for more"
 
 
 def check_memory(estimate: Estimate, max_memory_gib: float | None) -> None:

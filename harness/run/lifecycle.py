@@ -1,45 +1,32 @@
 """What every run does around its own work, the same for a sweep and a bench: claim a run id
-(refused before Ray starts; held until the run ends), join or start Ray and shut it down, time
-its phases, write the `runs` row that says which code, versions, devices and bytes produced it."""
+(refused before Ray starts; held until the run ends), join or start Ray and shut it down, saying so as it happens, time its
+phases, write the `runs` row that says which code, versions, devices and bytes produced it, and
+the statuses a run that stops early ends with."""
 
 from __future__ import annotations
 
 import json
-import time
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import ray
 
-from harness.devices import Kind
-from harness.run.place import card_count, connect
+from harness.devices import Kind, accelerator
+from harness.run.phases import Phases
+from harness.run.place import card_count, cluster_address, connect, describe_cluster
+from harness.run.signals import sigterm_interrupts
 from harness.run.provenance import now
 from harness.store.claim import Claim
 from harness.store.schema import RunRow
 from harness.store.writer import new_run_id
 
-
-@dataclass
-class Phases:
-    """Where the wall time went, by phase: `with phases("compute"): ...` adds to that phase."""
-
-    seconds: dict[str, float] = field(default_factory=dict)
-
-    @contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-
-    def __getitem__(self, name: str) -> float:
-        return self.seconds.get(name, 0.0)
-
-    def as_json(self) -> dict[str, float]:
-        return {f"{name}_s": round(seconds, 3) for name, seconds in self.seconds.items()}
+# How a run that stopped early ends: `runs.status` and the exit code. Both keep what was done,
+# and `harness sweep --resume RUN_ID` runs the rest.
+INCOMPLETE = "incomplete"  # the cluster lost a card or node, Ray did not start, or the results disk failed: exit 3
+INTERRUPTED = "interrupted"  # Ctrl-C (SIGINT) or SIGTERM: exit 130, as a shell reports a process ended by SIGINT
+EXIT_CODES = {INCOMPLETE: 3, INTERRUPTED: 130}
 
 
 def claim_run_id(results: Path, run_id: str | None, resume: bool = False, command: str = "") -> Claim:
@@ -51,15 +38,26 @@ def claim_run_id(results: Path, run_id: str | None, resume: bool = False, comman
 
 @contextmanager
 def ray_cluster(address: str | None, kind: Kind, cards: int | None, phases: Phases) -> Iterator[int]:
-    """Join `address` (or start a private local Ray) for the length of the run, the joining
-    timed as "startup"; yields how many cards the run gets (`cards`, or all the cluster has)."""
+    """Join `address` (or start a private local Ray) for the length of the run, saying so, the
+    joining timed as "ray" and the shutdown as "shutdown"; yields how many cards the run gets
+    (`cards`, or all the cluster has). Ray that does not start is an InfrastructureError."""
+    # What the run is doing, said as it happens, on stdout (the bar and errors are stderr's).
+    joined = cluster_address(address)
+    if joined:
+        print(f"joining the Ray cluster at {joined}", flush=True)
+    else:
+        local = accelerator(kind).local_ray_resources(cards)
+        print(f"starting Ray: a private local cluster{f' with {local}' if local else ''}", flush=True)
     try:
-        with phases("startup"):
+        with phases("ray"):
             connect(address, kind, cards)
             n_cards = card_count(kind, cards)
-        yield n_cards
+        print(f"Ray up in {phases['ray']:.1f} s: {describe_cluster()}", flush=True)
+        with sigterm_interrupts():  # again: ray.init set its own handler, which exits at once
+            yield n_cards
     finally:
-        ray.shutdown()
+        with phases("shutdown"):
+            ray.shutdown()
 
 
 def finish_run_row(row: RunRow, status: str, summary: dict[str, object], phases: Phases) -> RunRow:
@@ -67,3 +65,9 @@ def finish_run_row(row: RunRow, status: str, summary: dict[str, object], phases:
     row.finished_at, row.status = now(), status
     row.summary = json.dumps(summary | {"timings_s": phases.as_json()})
     return row
+
+
+def said_at_the_end(run_id: str, results: str, phases: Phases) -> None:
+    """Where the run's time went, and the command that reports it."""
+    print(phases.line())
+    print(f"report: {shlex.join(['harness', 'report', run_id, '--results', results])}")

@@ -135,7 +135,7 @@ def redefault(base: type, name: str, default: Any) -> Any:
 
 
 def _env_impls() -> tuple[str, ...]:
-    from harness.envs.cartpole import IMPLS
+    from harness.envs import IMPLS
 
     return ("auto", *IMPLS)
 
@@ -515,21 +515,26 @@ def validate(config: Config) -> Config:
 
 
 def _validate_sweep(config: SweepConfig) -> None:
-    from harness.inference.faults import parse_faults
+    from harness.inference.fault_specs import parse_faults, refuse_absent_cards, refuse_absent_dtypes
 
     if config.resume is not None:
         check_run_id(config.resume, "--resume")
-    parse_faults(config.inject_fault)
+    faults = parse_faults(config.inject_fault)
+    refuse_absent_cards(faults, config.cards, f"--cards {config.cards}")
+    refuse_absent_dtypes(faults, config.dtypes)
     parse_tolerances(config.tolerance)
     ratio_limits(config)
 
 
 def _validate_bench(config: BenchConfig) -> None:
-    from harness.inference.faults import MODEL_KINDS, parse_faults
+    from harness.inference.fault_specs import MODEL_KINDS, parse_faults, refuse_absent_cards, refuse_absent_dtypes
 
     if config.cards is not None and config.card_counts and max(config.card_counts) > config.cards:
         raise UsageError(f"--card-counts {_csv(config.card_counts)!r}: more than --cards {config.cards}")
-    for fault in parse_faults(config.inject_fault):
+    faults = parse_faults(config.inject_fault)
+    refuse_absent_cards(faults, config.cards, f"--cards {config.cards}")
+    refuse_absent_dtypes(faults, config.dtypes)
+    for fault in faults:
         if fault.kind not in MODEL_KINDS:
             raise UsageError(
                 f"--inject-fault {fault}: a bench injects only into its timed path: {', '.join(MODEL_KINDS)}, "

@@ -4,7 +4,7 @@ Placement is one placement group: a card bundle per card and one CPU bundle for 
 If the cluster cannot hold it the run fails within PLACEMENT_TIMEOUT_S with what the cluster
 has, instead of waiting forever for resources that will not come. Joining a cluster that refuses
 this client (nothing listens, a token it lacks, other Ray or Python versions) fails in seconds
-with the cause and the fix.
+with the cause and the fix; a local Ray that does not start is the machine's failure (exit 3).
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from actors.bench_actor import BenchActor
 from actors.policy_actor import PolicyActor
 from actors.reference_actor import ReferenceActor
 from harness.devices import Kind, accelerator
-from harness.errors import UsageError, first_line
-from harness.inference.faults import Fault, env_vars
+from harness.errors import InfrastructureError, UsageError, first_line
+from harness.inference.fault_specs import Fault, env_vars
 from harness.policies import PolicyNet, PolicySpec
 
 PLACEMENT_TIMEOUT_S = 30.0
@@ -93,7 +93,10 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     # "local" always starts a new cluster: a ray_current_cluster file left by a killed head
     # would otherwise make ray.init() join a cluster that is gone.
     resources = accelerator(kind).local_ray_resources(cards)
-    ray.init(address="local", resources=resources, include_dashboard=False, **quiet)
+    try:
+        ray.init(address="local", resources=resources, include_dashboard=False, **quiet)
+    except Exception as exc:  # Ray raises bare Exception, OSError, RuntimeError, ... for a start that failed
+        raise InfrastructureError(f"Ray did not start: {first_line(exc)}") from exc
     return "local"
 
 
@@ -285,12 +288,21 @@ def place_bench(
 
 
 def wait_described(actors: list[ray.actor.ActorHandle]) -> list[dict[str, object]]:
-    """Wait for actors to start; one that cannot open its card is a UsageError with its reason."""
+    """Wait for actors to start, saying each as it comes up (`actors 2/3 up: sim-cpu1 on HOST`);
+    one that cannot open its card is a UsageError with its reason."""
+    asked = [a.describe.remote() for a in actors]
+    described: dict[int, dict[str, object]] = {}
+    pending = list(asked)
     try:
-        return ray.get([a.describe.remote() for a in actors])
+        while pending:
+            [ready], pending = ray.wait(pending, num_returns=1)
+            description = ray.get(ready)
+            described[asked.index(ready)] = description
+            print(f"actors {len(described)}/{len(asked)} up: {description['label']} on {description['node']}", flush=True)
     except ray.exceptions.RayActorError as exc:
         cause = str(getattr(exc, "cause", None) or exc).strip()
         raise UsageError(f"a card actor failed to start: {cause.splitlines()[-1] if cause else type(exc).__name__}") from None
+    return [described[i] for i in range(len(asked))]
 
 
 def describe_actors(placement: Placement, policies: dict[str, PolicyNet]) -> tuple[list[dict[str, object]], dict[str, object]]:

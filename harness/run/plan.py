@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 
 from harness.envs.registry import check_env
 from harness.envs.renames import renamed
-from harness.envs.spec import EnvSpec, is_registered
+from harness.envs.spec import EnvSpec, is_registered, require_registered
+from harness.errors import UsageError
 from harness.policies import PolicyNet, PolicySpec, load_policy, with_found_env
 from harness.policies.base import ObservationNormalizer, PolicyInfo
 from harness.policies.policy_files import PublishedScore
@@ -143,9 +144,23 @@ def load_policies(config: CommonOptions) -> tuple[list[PolicySpec], dict[str, Po
     """Each policy the user named, loaded in the driver, and the specs the actors load it from:
     carrying the environment the driver found, so that no actor parses the files beside a
     policy again."""
+    refuse_unknown_envs(config)
     specs = policy_specs(config)
     policies = {spec.source: with_gymnasium_id(load_policy(spec)) for spec in specs}
     return [with_found_env(spec, policies[spec.source]) for spec in specs], policies
+
+
+def refuse_unknown_envs(config: CommonOptions) -> None:
+    """`--env` and the config's [envs] name environments gymnasium knows (or renamed), whether or
+    not a policy plays them: a misspelt --env next to policies that name their own would
+    otherwise pass unseen."""
+    named = [("--env", config.env)] if config.env is not None else []
+    for where, env_id in [*named, *((f"[envs] {policy}", env) for policy, env in config.envs.items())]:
+        if renamed(env_id) is None:
+            try:
+                require_registered(env_id)
+            except UsageError as exc:
+                raise UsageError(f"{where} {env_id}: {exc}") from None
 
 
 def with_gymnasium_id(policy: PolicyNet) -> PolicyNet:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from datetime import UTC, datetime
@@ -24,15 +25,22 @@ def torch_version() -> str:
     return str(torch.__version__)
 
 
+# The submitting side's commit, where the code runs from no git checkout: `ray job submit` uploads
+# the working dir without .git, so the job is told (README: `--runtime-env-json` with env_vars).
+GIT_REVISION_VAR = "HARNESS_GIT_REVISION"
+
+
 def git_revision() -> str:
-    """The checkout's commit, or "" where the package is not in a git checkout."""
+    """The checkout's commit; where the package is in no git checkout, HARNESS_GIT_REVISION; else ""."""
     try:
         out = subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
         )
-        return out.stdout.strip() if out.returncode == 0 else ""
+        if out.returncode == 0:
+            return out.stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
-        return ""
+        pass
+    return os.environ.get(GIT_REVISION_VAR, "")
 
 
 def new_run_row(

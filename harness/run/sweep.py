@@ -6,7 +6,8 @@ labels) -> fan out the same bytes to every actor -> gather and judge each unit -
 
 Where the cluster loses or hangs a card and cannot recover (harness/run/gather.py), the run ends
 `incomplete` instead: the units staged so far stay, the runs row and the summary say what was
-lost, and `--resume` runs the rest.
+lost, and `--resume` runs the rest. So does a run whose Ray did not start or whose results could
+not be written (`incomplete`, with the cause), and one interrupted by Ctrl-C (`interrupted`).
 """
 
 from __future__ import annotations
@@ -20,25 +21,27 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from harness.devices import resolve_accelerator
+from harness.devices import Kind, resolve_accelerator
 from harness.dtypes import reduced_label
-from harness.errors import UsageError, first_line
-from harness.inference.faults import parse_faults
+from harness.errors import InfrastructureError, UsageError, first_line
+from harness.inference.fault_specs import Fault, parse_faults, refuse_absent_cards
 from harness.inference.forward import head_name
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Rules, tolerance_of
-from harness.policies import PolicyNet
+from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_summary
-from harness.run.budget import check_cards, check_memory, estimate, expected_cards
+from harness.run.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
 from harness.run.dispatch import SharedRefs, check_row, judge, submit
 from harness.run.gather import RunIncomplete, Watch, gather
 from harness.run.layer_search import localize_failures
-from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
+from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
+from harness.run.phases import Phases
 from harness.run.options import SweepConfig, parse_tolerances, ratio_limits, validate
 from harness.run.place import Placement, cluster_address, dashboard_url, describe_actors, place_sweep
-from harness.run.plan import BatchWork, Unit, load_policies, plan_inputs, plan_units
+from harness.run.plan import BatchWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
+from harness.store.schema import RunRow
 from harness.store.writer import RunWriter, read_run
 
 
@@ -46,26 +49,28 @@ from harness.store.writer import RunWriter, read_run
 class SweepOutcome:
     run_id: str
     passed: bool
-    status: str  # passed, failed, or incomplete (the cluster lost or hung a card: resumable)
+    status: str  # passed, failed, incomplete (a loss, Ray, the results disk: resumable), interrupted (resumable)
     checks_path: Path
     phases: Phases
     reference_s: dict[str, float]
     """Seconds the CPU reference spent per dtype: the float64 golden, float32, each card's dtype."""
     resume_args: list[str] = field(default_factory=list)
-    """Where the run ended incomplete: the options that finish it (`--resume RUN_ID ...`)."""
+    """Where the run stopped early and can be finished: the options that finish it (`--resume RUN_ID ...`)."""
     dashboard: str = ""
     """The cluster's dashboard (host:port) where it has one: where a job's resume is submitted."""
+    reason: str = ""
+    """Why a run stopped early, in one line, where no summary says it (Ray, the disk, an interrupt)."""
 
 
-def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
+def run_sweep(config: SweepConfig, command: str = "", phases: Phases | None = None) -> SweepOutcome:
     """The sweep; its run id is held by this process (harness/store/claim.py) from the plan,
-    before Ray starts, to the end of the run."""
+    before Ray starts, to the end of the run. `phases` may already hold what came before it (the
+    command's imports)."""
     with ExitStack() as held:
-        return _sweep(config, command, held)
+        return _claimed(config, command, held, phases or Phases())
 
 
-def _sweep(config: SweepConfig, command: str, held: ExitStack) -> SweepOutcome:
-    phases = Phases()
+def _claimed(config: SweepConfig, command: str, held: ExitStack, phases: Phases) -> SweepOutcome:
     started = now()
     if config.resume:
         config, started = resume_config(config, config.resume)
@@ -74,17 +79,48 @@ def _sweep(config: SweepConfig, command: str, held: ExitStack) -> SweepOutcome:
         faults = parse_faults(config.inject_fault)
         kind = resolve_accelerator(config.accelerator)
         check_cards(config.cards, kind, cluster_address(config.address))
+        refuse_absent_cards(faults, planned_cards(kind, config), cards_source(config))
         specs, policies = load_policies(config)
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
         writer = RunWriter(
             held.enter_context(claim_run_id(results, config.resume or config.run_id, bool(config.resume), command))
         )
-        run_id = writer.run_id
+        run_row = new_run_row(
+            started_at=started,
+            status="running",
+            accelerator=kind,
+            n_cards=0,  # and no devices: both known once the actors are up
+            devices=[],
+            config_json=config.to_json(),
+            policies=policies,
+            command=command,
+            faults=",".join(map(str, faults)),
+        )
+    try:
+        return _sweep(config, kind, faults, specs, policies, inputs, writer, run_row, phases)
+    except InfrastructureError as exc:
+        return _stopped(config, writer, run_row, phases, INCOMPLETE, str(exc))
+    except KeyboardInterrupt:
+        return _stopped(config, writer, run_row, phases, INTERRUPTED, "")
 
+
+def _sweep(
+    config: SweepConfig,
+    kind: Kind,
+    faults: list[Fault],
+    specs: list[PolicySpec],
+    policies: dict[str, PolicyNet],
+    inputs: dict[str, Inputs],
+    writer: RunWriter,
+    run_row: RunRow,
+    phases: Phases,
+) -> SweepOutcome:
+    """From Ray's start to the summary; `run_row` is written once the actors are up."""
     with ray_cluster(config.address, kind, config.cards, phases) as n_cards:
         check_memory(estimate(config, policies, n_cards), config.max_memory_gib)
-        with phases("startup"):
+        refuse_absent_cards(faults, n_cards, cards_source(config))
+        with phases("actors"):
             placement = place_sweep(
                 kind, n_cards, config.placement, specs, config.threads, config.precision, faults, writer.staging / "faults"
             )
@@ -93,17 +129,7 @@ def _sweep(config: SweepConfig, command: str, held: ExitStack) -> SweepOutcome:
             units = plan_units(config, policies, inputs, dtype_labels(config.dtypes, cards))
             done = writer.done_units()
             todo = [u for u in units if u.unit_id not in done]
-        run_row = new_run_row(
-            started_at=started,
-            status="running",
-            accelerator=kind,
-            n_cards=n_cards,
-            devices=[*cards, reference],
-            config_json=config.to_json(),
-            policies=policies,
-            command=command,
-            faults=",".join(map(str, faults)),
-        )
+        run_row.n_cards, run_row.devices = n_cards, json.dumps([*cards, reference])
         writer.begin(run_row)
         watch = Watch(placement, [*cards, reference], config.hang_timeout)
         summary: dict[str, object] = {"units": len(units), "resumed_units": len(units) - len(todo)}
@@ -115,7 +141,7 @@ def _sweep(config: SweepConfig, command: str, held: ExitStack) -> SweepOutcome:
         except RunIncomplete as exc:
             lost = [str(loss) for loss in exc.losses]
             summary |= {"done_units": len(writer.done_units()), "events": watch.events, "lost": lost}
-            writer.write_run(finish_run_row(run_row, "incomplete", summary, phases))
+            writer.end(finish_run_row(run_row, INCOMPLETE, summary, phases))
             return _incomplete(config, writer, phases, [*watch.events, *(f"LOST {line}" for line in lost)], len(units))
 
     with phases("write"):
@@ -125,17 +151,20 @@ def _sweep(config: SweepConfig, command: str, held: ExitStack) -> SweepOutcome:
         status = "passed" if passed else "failed"
         unplayed = without_episodes(config, policies)
         renames = env_renames(policies)
+        played = env_notes(config, policies)
         summary |= {
             "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
             "without_episodes": unplayed,
             "env_renames": renames,
+            "env_notes": played,
             "replaced": watch.replaced(),
             "events": watch.events,
         }
         run_row.devices = json.dumps([*cards, reference, *replacements])
         writer.publish({"checks": checks, "episodes": episodes}, finish_run_row(run_row, status, summary, phases))
-    print_summary(checks, run_id, status, sys.stdout, unplayed, renames, watch.events)
-    return SweepOutcome(run_id, passed, status, table_dir(results, "checks", run_id), phases, reference_s)
+    print_summary(checks, writer.run_id, status, sys.stdout, unplayed, renames, [*played, *watch.events])
+    said_at_the_end(writer.run_id, config.results, phases)
+    return SweepOutcome(writer.run_id, passed, status, table_dir(writer.results, "checks", writer.run_id), phases, reference_s)
 
 
 def _incomplete(config: SweepConfig, writer: RunWriter, phases: Phases, notes: list[str], units: int) -> SweepOutcome:
@@ -143,9 +172,31 @@ def _incomplete(config: SweepConfig, writer: RunWriter, phases: Phases, notes: l
     says what was lost, and the outcome carries the options that finish the run."""
     checks, _ = writer.staged()
     run_id = writer.run_id
-    print_summary(checks, run_id, "incomplete", sys.stdout, notes=notes, units_done=(len(writer.done_units()), units))
-    resume = ["--resume", run_id, "--results", config.results, *(["--address", config.address] if config.address else [])]
-    return SweepOutcome(run_id, False, "incomplete", writer.staging, phases, {}, resume, dashboard_url())
+    print_summary(checks, run_id, INCOMPLETE, sys.stdout, notes=notes, units_done=(len(writer.done_units()), units))
+    said_at_the_end(run_id, config.results, phases)
+    return SweepOutcome(run_id, False, INCOMPLETE, writer.staging, phases, {}, resume_args(config, run_id), dashboard_url())
+
+
+def _stopped(
+    config: SweepConfig, writer: RunWriter, run_row: RunRow, phases: Phases, status: str, reason: str
+) -> SweepOutcome:
+    """The run stopped where no summary can be printed: Ray did not start, the results could not
+    be written, or it was interrupted. Its row says so, and the outcome carries the options that
+    finish it, where there is a run to finish; where even the row cannot be written, the reason
+    says that too."""
+    summary: dict[str, object] = {"done_units": len(writer.done_units()), "stopped": reason or status}
+    try:
+        writer.end(finish_run_row(run_row, status, summary, phases))
+    except InfrastructureError as exc:
+        reason = f"{reason}; and its status could not be recorded: {exc}" if reason else str(exc)
+    resumable = writer.staging.is_dir() and (table_dir(writer.results, "runs", writer.run_id) / "part-0.parquet").is_file()
+    resume = resume_args(config, writer.run_id) if resumable else []
+    return SweepOutcome(writer.run_id, False, status, writer.staging, phases, {}, resume, "", reason)
+
+
+def resume_args(config: SweepConfig, run_id: str) -> list[str]:
+    """The options that finish run `run_id`: its stored configuration does the rest."""
+    return ["--resume", run_id, "--results", config.results, *(["--address", config.address] if config.address else [])]
 
 
 def dtype_labels(dtypes: list[str], cards: list[dict[str, object]]) -> dict[str, str]:
@@ -160,6 +211,19 @@ def dtype_labels(dtypes: list[str], cards: list[dict[str, object]]) -> dict[str,
         raise UsageError(f"the cards run float32 matmuls in different modes ({modes}); use --precision strict")
     mode = next(iter(modes.values()), None)
     return {d: reduced_label(d, mode) for d in dtypes}
+
+
+def env_notes(config: SweepConfig, policies: dict[str, PolicyNet]) -> list[str]:
+    """For each policy that plays another environment than --env, which one and why: --env gives
+    an environment only to the policies that name none."""
+    if config.env is None or config.episodes == 0:
+        return []
+    return [
+        f"{key} plays {p.info.env_id} ({p.info.env_source}), not --env {config.env}: --env gives an environment to the "
+        "policies that name none; [envs] in a --config file sets one per policy"
+        for key, p in policies.items()
+        if p.info.env_id is not None and config.env not in (p.info.env_id, p.info.env_renamed_from)
+    ]
 
 
 def without_episodes(config: SweepConfig, policies: dict[str, PolicyNet]) -> dict[str, str]:

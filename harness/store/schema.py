@@ -151,7 +151,7 @@ class BenchSampleRow:
 class RunRow:
     started_at: str
     finished_at: str | None
-    status: str  # running, then passed, failed or bench (PUBLISHED), or incomplete
+    status: str  # running, then passed, failed or bench (PUBLISHED), or incomplete or interrupted (resumable)
     accelerator: str
     n_cards: int
     devices: str  # JSON list of device descriptors

@@ -6,18 +6,23 @@ or none. While a run runs, it holds its run id (harness/store/claim.py) and its 
 under `<results>/.staging/<run_id>/` (hidden from readers): a sweep's finished units there are
 what `--resume` reads. A run publishes at its end: each table's file, written whole into its
 staging, is moved into place, then the `runs` row says how the run ended, then the staging goes.
-A run that ends incomplete keeps its staging for `--resume`. Every write first checks that this
+A run that ends early keeps its staging for `--resume`. Every write first checks that this
 process still holds the run: one that no longer does stops (RunLost) and writes nothing more.
+
+A write that fails (a full or failing disk) is an InfrastructureError naming the file and the
+cause, and leaves no temporary file behind: what was written before it stays whole. While a run
+runs, its staging holds a reserve (RESERVE_BYTES): a run stopped by a full disk frees it to write
+its status, so no run is left `running` after its process is gone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 import uuid
+from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -25,9 +30,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from harness.errors import InfrastructureError, first_line
 from harness.store.claim import Claim
 from harness.store.paths import table_dir
 from harness.store.schema import SCHEMAS, CheckRow, EpisodeRow, RunRow
+
+# Room for a run's last `runs` row on a disk that filled up under it (the row is tens of KiB).
+RESERVE_BYTES = 1024 * 1024
+RESERVE = ".reserve"
 
 
 def new_run_id() -> str:
@@ -46,22 +56,42 @@ def columns_table(table: str, columns: dict[str, Any]) -> pa.Table:
     return pa.Table.from_arrays([pa.array(columns[f.name], type=f.type, from_pandas=True) for f in schema], schema=schema)
 
 
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An OSError while writing `path` as the machine's failure (exit 3), in one line."""
+    try:
+        yield
+    except OSError as exc:
+        cause = f"{os.strerror(exc.errno)} (errno {exc.errno})" if exc.errno else first_line(exc)
+        raise InfrastructureError(f"cannot write the results: {path}: {cause}") from exc
+
+
 def write_atomic(table: pa.Table, path: Path, make_folder: bool = True) -> Path:
     """Write `table` to `path` (which the callers check lies in the results) whole or not at all;
     into a folder that exists already where not `make_folder` (a run's staging, never made again
     once removed)."""
-    if make_folder:
-        path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
-    pq.write_table(table, tmp)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    with writing(path):
+        try:
+            if make_folder:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            pq.write_table(table, tmp)
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            with contextlib.suppress(OSError):  # the space it took, for the writes that say what happened
+                tmp.unlink(missing_ok=True)
+            raise
     return path
 
 
 def write_rows(results: Path, table: str, run_id: str, rows: list[Any], part: str = "part-0") -> Path:
     return write_atomic(to_table(table, rows), table_dir(results, table, run_id) / f"{part}.parquet")
+
+
+def write_columns(results: Path, table: str, run_id: str, columns: dict[str, Any]) -> Path:
+    return write_atomic(columns_table(table, columns), table_dir(results, table, run_id) / "part-0.parquet")
 
 
 def read_run(results: Path, run_id: str) -> list[dict[str, Any]]:
@@ -77,30 +107,43 @@ class RunWriter:
         self.results, self.run_id, self.staging = claim.results, claim.run_id, claim.staging
 
     def begin(self, row: RunRow) -> None:
-        """The run's first `runs` row (status running): from here on a sweep killed before its
-        first unit can still be resumed, and one refused before this leaves nothing behind."""
+        """The run's first `runs` row (status running), after the reserve: from here on a sweep
+        killed before its first unit can still be resumed, and one refused before this leaves
+        nothing behind."""
+        reserve = self.staging / RESERVE
+        with self._staging(), writing(reserve):
+            reserve.write_bytes(bytes(RESERVE_BYTES))
         self.write_run(row)
 
     def write_run(self, row: RunRow) -> None:
         self.claim.check()
         write_rows(self.results, "runs", self.run_id, [row])
 
+    def end(self, row: RunRow) -> None:
+        """The `runs` row of a run that stopped early (incomplete, interrupted), written into the
+        space of the reserve; the staging stays for `--resume`."""
+        with self._staging(), writing(self.staging):
+            (self.staging / RESERVE).unlink(missing_ok=True)
+        self.write_run(row)
+
     def stage_unit(self, unit_id: str, checks: list[CheckRow], episodes: list[EpisodeRow]) -> None:
         # The marker is written last: a unit counts as done only once all its rows are on disk.
+        done = self.staging / f"{unit_id}.done"
         with self._staging():
             write_atomic(to_table("checks", checks), self.staging / f"{unit_id}.checks.parquet", make_folder=False)
             if episodes:  # most units play none: no file rather than an empty one
                 write_atomic(to_table("episodes", episodes), self.staging / f"{unit_id}.episodes.parquet", make_folder=False)
-            (self.staging / f"{unit_id}.done").touch()
+            with writing(done):
+                done.touch()
 
-    @contextmanager
+    @contextlib.contextmanager
     def _staging(self) -> Iterator[None]:
         """Writes into the staging, after checking the claim; one that fails because the staging
-        went away meanwhile is the claim lost (RunLost), not a crash."""
+        went away meanwhile is the claim lost (RunLost), not the machine's failure."""
         self.claim.check()
         try:
             yield
-        except OSError:
+        except InfrastructureError:
             self.claim.check()
             raise
 
@@ -126,12 +169,14 @@ class RunWriter:
         then every table is in place: the run whole, or (before) its runs row alone."""
         ready = self.staging / "publish"
         with self._staging():
-            ready.mkdir(exist_ok=True)  # exists where a publish was cut short: this one writes it again
+            with writing(ready):
+                ready.mkdir(exist_ok=True)  # exists where a publish was cut short: this one writes it again
             staged = {name: write_atomic(rows, ready / f"{name}.parquet", make_folder=False) for name, rows in tables.items()}
         self.claim.check()
         for name, path in staged.items():
             final = table_dir(self.results, name, self.run_id) / "part-0.parquet"
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(path, final)
+            with writing(final):
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, final)
         self.write_run(row)
         self.claim.end()

@@ -1,0 +1,91 @@
+"""Faults injected on purpose, as the user names them, so every check the harness makes can be
+seen failing; what each does to a card is harness/inference/faults.py. Light on purpose: option
+validation reads the specs before anything imports torch.
+
+A spec is `card<N>:<kind>` (N the card's position in the run: card0, card1, ...) or `all:<kind>`
+(every card: a defect common to every card, which `cross_card` cannot see):
+  perturb-weight   one ULP added to one weight of the first layer, in the card's dtype
+  corrupt-weight   the first layer's weights scaled by 1.01: a broken kernel, beyond any tolerance
+  reduced-fp32     float32 matmul inputs rounded to 10 mantissa bits, as TF32 / HF32 do
+  fp16-accumulate  float16 matmuls summed in float16 (a kernel with a float16 accumulator)
+  mkl-avx2         the card's process runs with MKL_CBWR=AVX2 (another, honest, GEMM code path)
+  crash-once       the card's process dies on its first unit; Ray restarts it and the unit is retried
+  crash-always     the card's process dies on every unit: the sweep records it and fails
+  hang-once        the card stops answering on its first unit, alive: the driver finds it hung, kills
+                   its actor, Ray restarts it and the unit is retried
+  hang             the card stops answering on every unit: hung again after its restart, the run
+                   ends incomplete (exit 3) naming it
+A `-once` fault strikes once per run, across restarts: it leaves a marker file that outlives the
+process.
+
+A fault that cannot strike is refused (`refuse_absent_cards`, `refuse_absent_dtypes`): one on a card the run does not have, or
+one that acts only on a dtype the run does not compute in. A run that recorded such a fault and
+passed would read as a negative test that passed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from harness.errors import UsageError
+
+# What `inject` puts into a policy's copy: the faults a bench can give its timed path alone.
+MODEL_KINDS = ("perturb-weight", "corrupt-weight", "reduced-fp32", "fp16-accumulate")
+KINDS = (*MODEL_KINDS, "mkl-avx2", "crash-once", "crash-always", "hang-once", "hang")
+# The faults that act only on the computations of one dtype (the card's dtype, before its label).
+DTYPE_OF_KIND = {"reduced-fp32": "float32", "fp16-accumulate": "float16"}
+_SPEC = re.compile(r"^(?:card(\d+)|all):([a-z0-9-]+)$")
+
+
+@dataclass(frozen=True)
+class Fault:
+    card: int | None  # None: every card
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{'all' if self.card is None else f'card{self.card}'}:{self.kind}"
+
+    def applies_to(self, position: int) -> bool:
+        return self.card is None or self.card == position
+
+
+def parse_faults(specs: list[str]) -> list[Fault]:
+    faults = []
+    for spec in specs:
+        match = _SPEC.match(spec)
+        if not match or match.group(2) not in KINDS:
+            raise UsageError(
+                f"--inject-fault {spec!r}: expected card<N>:<kind> or all:<kind> with kind one of {', '.join(KINDS)}, "
+                "e.g. card1:perturb-weight"
+            )
+        faults.append(Fault(int(match.group(1)) if match.group(1) is not None else None, match.group(2)))
+    return faults
+
+
+def refuse_absent_cards(faults: list[Fault], n_cards: int | None, cards_from: str) -> None:
+    """UsageError for a fault on a card a run of `n_cards` cards (None: not known yet) does not
+    have; `cards_from` says where the count came from (`--cards 2`)."""
+    for fault in faults:
+        if fault.card is not None and n_cards is not None and fault.card >= n_cards:
+            have = f"card0 to card{n_cards - 1}" if n_cards > 1 else "card0"
+            raise UsageError(
+                f"--inject-fault {fault}: the run has {n_cards} card(s) ({cards_from}): {have}; a fault on a card the run "
+                "does not have never strikes"
+            )
+
+
+def refuse_absent_dtypes(faults: list[Fault], dtypes: list[str]) -> None:
+    """UsageError for a fault that acts only on a dtype the run does not compute in."""
+    for fault in faults:
+        dtype = DTYPE_OF_KIND.get(fault.kind)
+        if dtype is not None and dtype not in dtypes:
+            raise UsageError(
+                f"--inject-fault {fault}: it acts only on {dtype}, and the run computes in {','.join(dtypes)}; add {dtype} "
+                "to --dtypes, or the fault never strikes"
+            )
+
+
+def env_vars(faults: list[Fault]) -> dict[str, str]:
+    """Variables the card's process must start with (MKL reads MKL_CBWR once, at load)."""
+    return {"MKL_CBWR": "AVX2"} if any(f.kind == "mkl-avx2" for f in faults) else {}
