@@ -48,30 +48,33 @@ def run(args: argparse.Namespace) -> int:
     from harness.store.views import connect, require_results, resolve_run
 
     results = Path(args.results)
-    if args.compare and (args.run_id or args.out):
-        raise UsageError("--compare RUN_A RUN_B takes no RUN_ID and no --out")
+    if args.compare and args.run_id:
+        raise UsageError("--compare RUN_A RUN_B takes no RUN_ID")
     for where, run_id in [("RUN_ID", args.run_id), *(("--compare", r) for r in args.compare or [])]:
         if run_id is not None:
             check_run_id(run_id, where)
     require_results(results)
-    with connect(results) as con:
+    with connect(results, staged=True) as con:
         if args.compare:
             from harness.report.run_diff import Thresholds, compare_runs, print_diff
 
             thresholds = Thresholds(args.error_factor, args.drop_percent)
             diff = compare_runs(con, resolve_run(con, args.compare[0]), resolve_run(con, args.compare[1]), thresholds)
             print_diff(diff, sys.stdout)
+            if args.out:
+                from harness.report.diff_page import write_diff_page
+
+                print(f"\nwrote {write_diff_page(con, diff, results, Path(args.out))}")
             return 1 if diff.regressed else 0
 
-        from harness.report.run_report import build_report, draw_plots, print_report, write_html
+        from harness.report.run_report import build_report, print_report
 
-        report = build_report(con, resolve_run(con, args.run_id))
+        report = build_report(con, resolve_run(con, args.run_id), results)
         print_report(report, sys.stdout)
         if args.out:
-            out_dir = Path(args.out)
-            plots = draw_plots(con, report.run_id, out_dir)
-            for plot in plots:
-                if plot.note:
-                    print(f"plot {plot.file} skipped: {plot.note}")
-            print(f"\nwrote {write_html(report, plots, out_dir)}")
-        return 1 if report.failed else 0
+            from harness.report.run_page import write_page
+
+            print(f"\nwrote {write_page(con, report, Path(args.out))}")
+        if report.next_step():
+            print(f"harness: {str(report.verdict).lower()}: {report.next_step()}", file=sys.stderr)
+        return report.exit_code

@@ -20,7 +20,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from harness.errors import UsageError, first_line
+from harness.store.paths import RUN_ID, STAGING
 from harness.store.schema import SCHEMAS, TABLES
+from harness.store.writer import RunWriter
 
 if TYPE_CHECKING:
     import pandas
@@ -47,6 +49,10 @@ def require_results(results: Path) -> None:
         raise UsageError(f"results folder {results} holds no results (run `harness sweep --results {results}` first)")
 
 
+# What a sweep stages per unit while it runs (harness/store/writer.py).
+STAGED_TABLES = ("checks", "episodes")
+
+
 def _dataset(results: Path, name: str) -> ds.Dataset:
     """A table's committed files as one dataset with the view's columns, `run_id` from the folder name.
 
@@ -64,13 +70,34 @@ def _dataset(results: Path, name: str) -> ds.Dataset:
     )
 
 
-def connect(results: str | Path = "results") -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`, locked."""
+def staged_units(results: Path, name: str) -> pa.Table:
+    """The `checks` or `episodes` rows of the units that runs which have not finished have done
+    so far (their staging, harness/store/writer.py), with the view's columns. A run whose files
+    are committed is left out, should its staging still be there."""
+    committed = {p.parent.name.removeprefix("run_id=") for p in parquet_files(results, name)}
+    parts = []
+    for folder in sorted((results / STAGING).glob("*")):
+        if folder.is_dir() and RUN_ID.fullmatch(folder.name) and folder.name not in committed:
+            checks, episodes = RunWriter(results, folder.name).staged()
+            rows = checks if name == "checks" else episodes
+            parts.append(rows.add_column(0, "run_id", pa.array([folder.name] * rows.num_rows, pa.string())))
+    return pa.concat_tables(parts) if parts else table_schema(name).empty_table()
+
+
+def connect(results: str | Path = "results", staged: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`, locked.
+
+    With `staged`, `checks` and `episodes` also hold the units done so far by runs that have not
+    finished (`harness report` of such a run); `harness query` sees only what is committed."""
     results = Path(results)
     con = duckdb.connect()
     for name in TABLES:
         con.register(f"_{name}", _dataset(results, name))
-        con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name}")
+        if staged and name in STAGED_TABLES:
+            con.register(f"_staged_{name}", staged_units(results, name))
+            con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name} UNION ALL BY NAME SELECT * FROM _staged_{name}")
+        else:
+            con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name}")
     _lock(con)
     return con
 
