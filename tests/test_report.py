@@ -20,7 +20,7 @@ from tests.conftest import BENCH_RUN, INTERRUPTED_RUN, Head
 from tests.conftest import CLEAN_RUN as CLEAN
 from tests.conftest import FAULTS_RUN as FAULTY
 from tests.conftest import SLOWER_RUN as SLOWER
-from tests.helpers import assert_usage_error, cli, read_table
+from tests.helpers import assert_usage_error, cli, read_table, staged_checks
 
 
 @pytest.fixture(scope="module")
@@ -122,13 +122,6 @@ def test_run_verdicts_and_exit_codes() -> None:
         Verdict.NO_CHECKS: 1,
         Verdict.INCOMPLETE: 3,
     }
-
-
-def staged_checks(results: Path, run_id: str) -> list[dict[str, object]]:
-    """The checks of the units an unfinished run has done, read back with pyarrow."""
-    staging = results / ".staging" / run_id
-    done = sorted(p.name.removesuffix(".done") for p in staging.glob("*.done"))
-    return [row for unit in done for row in pq.read_table(staging / f"{unit}.checks.parquet").to_pylist()]
 
 
 @pytest.mark.slow

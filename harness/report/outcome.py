@@ -4,13 +4,16 @@ The verdict follows the run, never only the rows at hand: a sweep that has not f
 INCOMPLETE however well its finished units went (they are read from its staging), and a bench
 is a BENCH, titled by how many of its rows are results, not PASSED.
 
-| verdict    | when                                                                 | exit |
-|------------|----------------------------------------------------------------------|------|
-| FAILED     | a gating check failed (also in the finished units of an unfinished run), or the run says `failed` or `error` (a sweep that judged nothing ends `failed`) | 1 |
-| INCOMPLETE | the sweep has not finished (`running`, `incomplete`, `interrupted`, ...): `--resume` finishes it | 3 |
-| NO CHECKS  | no gating check and no run status that says why (rows written without a `runs` row): nothing was proved | 1 |
-| BENCH      | a bench whose audit passed, whatever share of its rows is valid (the title says how many) | 0 |
-| PASSED     | a finished sweep whose gating checks all passed                       | 0    |
+- FAILED, exit 1: a gating check failed (also one in the finished units of a run that has not
+  finished: the rest cannot undo it), or the run says `failed` or `error` (a sweep that judged
+  nothing ends `failed`).
+- INCOMPLETE, exit 3: the sweep has not finished (`running`, `incomplete`, or a status a later
+  harness gives a run stopped short); `harness sweep --resume RUN_ID` finishes it.
+- NO CHECKS, exit 1: no gating check and no status that says why (rows written without a `runs`
+  row): nothing was proved, and a gate that asks "did it pass" must hear no.
+- BENCH, exit 0: a bench whose audit passed, whatever share of its rows is valid (the title says
+  how many, and an invalid row is never a result).
+- PASSED, exit 0: a finished sweep whose gating checks all passed.
 """
 
 from __future__ import annotations

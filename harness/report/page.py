@@ -141,7 +141,8 @@ td.none { color: #bbb; text-align: center; }
 .parted { color: var(--finding); font-weight: 600; }
 div.wide { overflow-x: auto; max-width: 100%; }
 table.nowrap td { white-space: nowrap; }
-table.nowrap td:last-child { white-space: normal; min-width: 260px; }
+table.nowrap td:last-child, table.nowrap td div.why { white-space: normal; min-width: 260px; }
+table.invalid td div.why { color: #3c4043; max-width: 420px; }
 footer code { word-break: break-all; white-space: normal; }
 .kv { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 4px 0 8px; }
 .kv dt { color: var(--muted); }

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 
 from harness.dtypes import LABEL_ORDER
 from harness.judge.kinds import CheckKind
 from harness.judge.localize import named_layer
 from harness.report import plots
-from harness.report.outcome import Verdict
 from harness.report.page import (
     Html,
     PageSection,
@@ -72,22 +72,20 @@ def write_page(con: duckdb.DuckDBPyConnection, report: Report, out_dir: Path) ->
 
 
 def render(con: duckdb.DuckDBPyConnection, report: Report) -> str:
-    colours = plots.CardColours(
-        tuple(str(d.get("label")) for d in report.record.devices if d.get("kind") != "cpu" or d.get("simulated"))
-    )
+    colours = plots.CardColours(report.record.card_labels())
     checks = report.checks.to_pylist()
     judged = [c for c in checks if c["kind"] != CheckKind.BENCH_AUDIT]
     bench = _bench_section(con, report, checks)
     sections = [
         _grid_section(report, judged),
-        *([bench] if report.verdict == Verdict.BENCH else []),
+        *([bench] if report.is_bench else []),
         _configuration_section(report),
         _devices_section(report),
         _failures_section(report, judged),
         _findings_section(report, judged),
         _port_rule_section(judged, colours),
         _episodes_section(con, report, judged, colours),
-        *([bench] if report.verdict != Verdict.BENCH else []),
+        *([bench] if not report.is_bench else []),
     ]
     shown = [s for s in sections if s is not None]
     footer = join(
@@ -102,7 +100,6 @@ def render(con: duckdb.DuckDBPyConnection, report: Report) -> str:
 
 
 def _header(report: Report) -> Html:
-    kind = verdict_class(str(report.verdict)).replace(" ", "-").replace("pass-gating", "passed")
     lines = [
         tag("h1", join(["run ", report.run_id, " ", tag("small", f"status {report.status}")])),
         tag("div", report.counts(), class_="sub"),
@@ -125,7 +122,8 @@ def _header(report: Report) -> Html:
         )
     elif step:
         lines.append(tag("p", step, class_="resume"))
-    return join([tag("div", str(report.verdict), class_=f"badge {kind.lower()}", id="verdict"), tag("div", join(lines))])
+    badge = str(report.verdict).lower().replace(" ", "-")
+    return join([tag("div", str(report.verdict), class_=f"badge {badge}", id="verdict"), tag("div", join(lines))])
 
 
 # ---- the grid -----------------------------------------------------------------------------------
@@ -134,8 +132,6 @@ def _header(report: Report) -> Html:
 def _grid_section(report: Report, judged: list[dict[str, Any]]) -> PageSection | None:
     if not judged:
         return None
-    import pyarrow as pa
-
     groups = summarize(pa.Table.from_pylist(judged, schema=report.checks.schema))
     kinds = [k for k in CheckKind if any(g.kind == k for g in groups)]
     cells: dict[tuple[str, str], dict[str, Group]] = {}
@@ -251,11 +247,11 @@ def _devices_section(report: Report) -> PageSection | None:
     if not devices:
         return None
     labels = [str(d.get("label")) + (f" (replaces {d['replaces']})" if d.get("replaces") else "") for d in devices]
-    rows: list[list[Html | str]] = []
+    rows: list[Html] = []
 
     def row(name: str, values: Sequence[Html | str]) -> None:
         if any(str(v) for v in values):  # a setting no device has says nothing
-            rows.append([tag("th", name), *values])
+            rows.append(tag("tr", join([tag("th", name), *(tag("td", v) for v in values)])))
 
     row("model", [text(d.get("model")) for d in devices])
     row("node", [text(d.get("node")) for d in devices])
@@ -267,28 +263,16 @@ def _devices_section(report: Report) -> PageSection | None:
         row("threads", [text(d.get("threads", "")) for d in devices])
     row(
         "faults injected",
-        [
-            Html(f'<span class="mismatch">{text(", ".join(d["faults"]))}</span>') if d.get("faults") else "none"
-            for d in devices
-        ],
+        [tag("span", ", ".join(d["faults"]), class_="mismatch") if d.get("faults") else "none" for d in devices],
     )
-    rows.append([Html('<th colspan="99">precision: the mode asked for, then each setting as set and as read back</th>')])
+    heading = "precision: the mode asked for, then each setting as set and as read back"
+    rows.append(tag("tr", tag("th", heading, colspan=len(devices) + 1)))
     row("precision mode", [text((d.get("settings") or {}).get("precision", "")) for d in devices])
     setting_keys = list(dict.fromkeys(k for d in devices for k in (d.get("settings") or {}) if k not in ("precision", "set")))
     for key in setting_keys:
         row(key, [_setting(d.get("settings") or {}, key) for d in devices])
-    body = tag(
-        "table",
-        join(
-            [
-                tag("thead", tag("tr", join([tag("th", ""), *(tag("th", label) for label in labels)]))),
-                tag(
-                    "tbody",
-                    join(tag("tr", join(tag("td", c) if not str(c).startswith("<th") else c for c in r)) for r in rows),
-                ),
-            ]
-        ),
-    )
+    head = tag("thead", tag("tr", join([tag("th", "device"), *(tag("th", label) for label in labels)])))
+    body = tag("div", tag("table", join([head, tag("tbody", join(rows))])), class_="wide")
     lede = (
         "As each device's process described itself (runs.devices). 'set → read' where the harness set a setting: a "
         "read-back that differs from what was set is red."
@@ -414,8 +398,6 @@ def _failures_section(report: Report, judged: list[dict[str, Any]]) -> PageSecti
 
 def _findings_section(report: Report, judged: list[dict[str, Any]]) -> PageSection | None:
     found = _order([r for r in judged if not r["gating"] and not r["passed"] and r["kind"] != CheckKind.BATCH_INVARIANCE])
-    import pyarrow as pa
-
     properties = batch_invariance_lines(pa.Table.from_pylist(judged, schema=report.checks.schema)) if judged else []
     notes = _run_notes(report)
     if not found and not properties and not notes:
@@ -777,10 +759,12 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
         ]
     if invalid_rows:
         names = _filled(invalid_rows)
-        cells = [[text(r[n]) for n in names] + [fold_long(str(r["valid"]).removeprefix("NO: "), 80)] for r in invalid_rows]
+        at = names.index("timing") + 1 if "timing" in names else len(names)  # why, before the figures it voids
+        names = [*names[:at], WHY, *names[at:]]
+        cells = [[_why(r) if n == WHY else text(r[n]) for n in names] for r in invalid_rows]
         body += [
             tag("h3", f"Invalid rows ({len(invalid_rows)}): figures that are not results"),
-            table([*names, "why it is not a result"], cells, "nowrap invalid"),
+            table(names, cells, "nowrap invalid"),
         ]
     audit = [c for c in checks if c["kind"] == CheckKind.BENCH_AUDIT]
     failed = [c for c in audit if not c["passed"]]
@@ -795,6 +779,14 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
             body.append(_causes(failed, report.record.device_faults(), False))
     lede = f"{report.n_valid} of {len(rows)} rows valid. An invalid row's figure is shown hollow and apart, never as a result."
     return PageSection("bench", "Benchmarks", join(body), lede)
+
+
+WHY = "why it is not a result"
+
+
+def _why(row: dict[str, Any]) -> Html:
+    reason = str(row["valid"]).removeprefix("NO:").strip() or "not said (rows of an older harness)"
+    return tag("div", fold_long(reason, 70), class_="why")
 
 
 def _filled(rows: list[dict[str, Any]]) -> list[str]:

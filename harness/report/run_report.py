@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from harness.dtypes import LABEL_ORDER
 from harness.judge.kinds import CheckKind
-from harness.report.outcome import EXIT_CODES, NO_RUN_ROW, Verdict, run_verdict, unfinished
+from harness.report.outcome import BENCH_STATUS, EXIT_CODES, NO_RUN_ROW, Verdict, run_verdict, unfinished
 from harness.report.summary import batch_invariance_lines, summarize
 
 # The policy's head, the output the reference ports report precision on.
@@ -55,6 +55,11 @@ class RunRecord:
     @property
     def faults(self) -> str:
         return str(self.row.get("faults") or "")
+
+    def card_labels(self) -> tuple[str, ...]:
+        """The cards, in the order the run lists them: every device but the CPU reference (kind
+        cpu and not simulated, as harness/devices/cpu.py describes it)."""
+        return tuple(str(d.get("label")) for d in self.devices if d.get("kind") != "cpu" or d.get("simulated"))
 
     def device_faults(self) -> dict[str, list[str]]:
         """Each card's label and the faults injected on it."""
@@ -110,6 +115,10 @@ class Report:
         return sum(1 for r in rows if r["gating"] and not r["passed"])
 
     @property
+    def is_bench(self) -> bool:
+        return self.status == BENCH_STATUS or (self.status == NO_RUN_ROW and bool(self.bench))
+
+    @property
     def n_valid(self) -> int:
         return sum(1 for r in self.bench if r["valid"])
 
@@ -148,7 +157,7 @@ class Report:
 
     def counts(self) -> str:
         """What the verdict stands on, in a few words."""
-        if self.verdict == Verdict.BENCH or (self.bench and not self.n_gating):
+        if self.is_bench:
             audit = "audit passed" if self.n_checks and not self.n_failed else f"audit: {self.n_failed} failed"
             none = ": none is a result" if not self.n_valid else ""
             return f"{self.n_valid} of {len(self.bench)} bench rows valid{none}; {audit} ({self.n_checks} outputs sampled)"
