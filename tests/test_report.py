@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.report.outcome import EXIT_CODES, Verdict, run_verdict
+from harness.report.run_page import first_mismatch
 from harness.store.schema import CheckRow
 from harness.store.writer import write_rows
 from tests.conftest import BENCH_RUN, INTERRUPTED_RUN, Head
@@ -92,6 +93,22 @@ def test_the_sign_off_page_is_one_file_that_needs_nothing_else(results: Path, tm
     # A passed run has no failures to show, and says nothing about them; its hand-written bench rows show.
     assert {"verdicts", "configuration", "devices", "findings", "port-rule", "episodes", "bench"} <= page.ids
     assert "failures" not in page.ids
+
+
+@pytest.mark.slow
+def test_the_first_mismatch_of_every_failed_row_is_found_in_its_detail(results: Path) -> None:
+    """The page's "first mismatch" column, on the real failed rows of the faults run: the row's
+    own first failing element, taken from its detail, whatever kind of check wrote it."""
+    starts = {"cross_card": ("first mismatch at [", "seed "), "cpu_reference": ("largest error ",)}
+    starts |= {"decisions": ("first at [",), "tolerance": ("at [",), "episode_return": ("seed ",)}
+    rows = [r for r in read_table(results, "checks").to_pylist() if r["run_id"] == FAULTY and not r["passed"]]
+    kinds = set()
+    for r in rows:
+        if r["kind"] in starts:
+            found = first_mismatch(r["detail"])
+            assert found in r["detail"] and found.startswith(starts[r["kind"]]), (r["kind"], found, r["detail"])
+            kinds.add(r["kind"])
+    assert {"cross_card", "cpu_reference", "decisions", "tolerance"} <= kinds
 
 
 def test_run_verdicts_and_exit_codes() -> None:
@@ -173,6 +190,21 @@ def test_a_bench_is_titled_by_how_many_of_its_rows_are_valid(bench_run: Path) ->
         f"audit passed ({audit} outputs sampled))"
     )
     assert "PASSED" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_bench_whose_audit_failed_is_failed(bench_run: Path, tmp_path: Path) -> None:
+    """One audit row of the real bench turned to failed by hand: FAILED, exit 1, still titled by its valid rows."""
+    results = tmp_path / "results"
+    shutil.copytree(bench_run, results)
+    [path] = (results / "checks").glob("*/*.parquet")
+    table = pq.read_table(path)
+    passed = [i != 0 and p for i, p in enumerate(table.column("passed").to_pylist())]
+    pq.write_table(table.set_column(table.schema.get_field_index("passed"), "passed", [passed]), path)
+    proc = cli("report", BENCH_RUN, "--results", str(results))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    headline = proc.stdout.splitlines()[0]
+    assert headline.startswith(f"run {BENCH_RUN}: FAILED (status bench; 0 of ") and "audit: 1 failed" in headline, headline
 
 
 @pytest.mark.slow

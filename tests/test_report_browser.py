@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections import defaultdict
 from collections.abc import Iterator
@@ -240,3 +241,21 @@ def test_a_comparison(browser: Any, artifacts: Path, report_results: Path, tmp_p
     differences = page.texts("#differences tbody tr")
     assert any(row.startswith("dtypes float32, float16 float32") for row in differences), differences
     assert any(row.startswith("inject fault none card1:perturb-weight") for row in differences), differences
+
+
+def test_the_checks_above_see_a_broken_image_and_a_request_out(browser: Any, artifacts: Path, tmp_path: Path) -> None:
+    """The page checks can fail: an image that does not decode, and one fetched from elsewhere
+    (the network is closed: the request is made, and fails)."""
+    broken = tmp_path / "broken.html"
+    broken.write_text(
+        '<!doctype html><html><body><div id="verdict">X</div><img src="data:image/png;base64,AAAA"></body></html>'
+    )
+    with pytest.raises(AssertionError, match="broken image"):
+        assert_whole_and_alone(open_page(browser, broken, artifacts, "negative-broken"), min_images=1)
+    outside = tmp_path / "outside.html"
+    outside.write_text(
+        '<!doctype html><html><body><div id="verdict">X</div><a href="#verdict">in</a>'
+        '<link rel="stylesheet" href="http://127.0.0.1:9/style.css"></body></html>'
+    )
+    with pytest.raises(AssertionError, match=re.escape("the page asked for http://127.0.0.1:9/style.css")):
+        assert_whole_and_alone(open_page(browser, outside, artifacts, "negative-outside"), min_images=0)

@@ -126,7 +126,9 @@ def _table_section(anchor: str, title: str, rows: pa.Table, detail_column: str =
     columns = [*names, *(["first diverging layer", "first mismatch", ""] if detail_column else [])]
     body = []
     for r in rows.to_pylist():
-        cells = [text(r[n]) for n in names]
+        cells = [
+            Html(f'<span title="{text(r[n])}">{text(short_name(r[n]))}</span>') if n == "policy" else text(r[n]) for n in names
+        ]
         if detail_column:
             detail = str(r[detail_column] or "")
             cells += [

@@ -106,6 +106,7 @@ body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
 main { max-width: 1280px; margin: 0 auto; padding: 0 24px 48px; }
 header.top { padding: 20px 24px 14px; border-bottom: 1px solid var(--line); background: #fff; }
 header.top .inner { max-width: 1280px; margin: 0 auto; display: flex; gap: 20px; align-items: center; flex-wrap: wrap; }
+header.top .inner > div:last-child { flex: 1; min-width: 0; }
 .badge { font-weight: 700; font-size: 22px; letter-spacing: .04em; padding: 8px 18px; border-radius: 8px; }
 .badge.failed, .badge.regressed { color: #fff; background: var(--fail); }
 .badge.passed, .badge.no-regression { color: #fff; background: var(--pass); }

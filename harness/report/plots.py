@@ -338,9 +338,10 @@ def bench_plot(
         if log_y and positive and max(positive) > 10 * min(positive):
             _log_axis(ax, "y")
         else:
-            from matplotlib.ticker import EngFormatter
+            if positive and max(positive) >= 1e4:
+                from matplotlib.ticker import EngFormatter
 
-            ax.yaxis.set_major_formatter(EngFormatter(sep=""))  # 1.5M, not 1.5 under a 1e6 offset
+                ax.yaxis.set_major_formatter(EngFormatter(sep=""))  # 1.5M, not 1.5 under a 1e6 offset
             ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=7)

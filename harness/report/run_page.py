@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -114,6 +115,18 @@ def _header(report: Report) -> Html:
                 f"finished {run['finished_at'] or 'never'} · {run['hostname']}",
                 class_="sub",
             )
+        )
+    failed = [
+        r
+        for r in report.checks.select(["device_a", "kind", "gating", "passed"]).to_pylist()
+        if r["gating"] and not r["passed"]
+    ]
+    if failed:
+        counts = ", ".join(f"{device} ({n})" for device, n in sorted(Counter(r["device_a"] for r in failed).items()))
+        # Where they are shown: the failures, or the bench's audit.
+        where = "#bench" if all(r["kind"] == CheckKind.BENCH_AUDIT for r in failed) else "#failures"
+        lines.append(
+            tag("div", join(["failed on ", tag("a", counts, href=where), " (failed checks per device)"]), class_="sub")
         )
     step = report.next_step()
     if step and report.resumable:
@@ -350,9 +363,8 @@ def _causes(rows: list[dict[str, Any]], faults: dict[str, list[str]], finding: b
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["device_a"], r["kind"]), []).append(r)
-    kind_order = list(CheckKind)
     parts = []
-    for (device, kind), mine in sorted(groups.items(), key=lambda kv: (kv[0][0], kind_order.index(CheckKind(kv[0][1])))):
+    for (device, kind), mine in sorted(groups.items(), key=lambda kv: (kv[0][0], rank(tuple(CheckKind), kv[0][1]))):
         where = sorted({f"{short_name(r['policy'])} {r['dtype']}" for r in mine})
         layers = sorted({layer_text(r["detail"]).split(" (")[0] for r in mine} - {""})
         heading = [tag("b", f"{device} · {kind}"), f" — {len(mine)} {'found' if finding else 'failed'} in {', '.join(where)}"]
@@ -376,9 +388,14 @@ def _causes(rows: list[dict[str, Any]], faults: dict[str, list[str]], finding: b
     return join(parts)
 
 
+def rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
+    """Where `value` sorts: its place in `order`, anything else after it by name."""
+    return (order.index(value) if value in order else len(order), value)
+
+
 def dtype_rank(dtype: str) -> tuple[int, str]:
     """float32, float16, bfloat16 as a sweep lists them, then any other dtype."""
-    return (LABEL_ORDER.index(dtype) if dtype in LABEL_ORDER else len(LABEL_ORDER), dtype)
+    return rank(LABEL_ORDER, dtype)
 
 
 def _order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

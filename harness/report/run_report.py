@@ -164,7 +164,8 @@ class Report:
         text = f"{self.n_checks} checks, {self.n_gating} gating, {self.n_failed} failed"
         if self.unfinished:
             planned = f" of {self.units_planned}" if self.units_planned is not None else ""
-            text = f"not finished: {self.units_done}{planned} units done; {text} so far"
+            units = "unit" if self.units_done == 1 and not planned else "units"
+            text = f"not finished: {self.units_done}{planned} {units} done; {text} so far"
         return text
 
     def headline(self) -> str:
