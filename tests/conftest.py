@@ -29,10 +29,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.policies import CARTPOLE_ZIP
 from harness.store.schema import BenchRow
 from harness.store.writer import write_rows
 from tests import builders
-from tests.helpers import REPO, start_ray_node
+from tests.helpers import REPO, cli, start_ray_node
 from tests.helpers import harness as run_harness
 from tests.third_party import ABSENT, CASES
 
@@ -229,7 +230,7 @@ def shared_sweeps(
 # ---- runs the report tests read (tests/test_report.py, tests/test_report_browser.py) ---------------
 
 SLOWER_RUN = "t-bench-slower"  # a bench-only run (no `runs` row) whose throughput is half the clean run's
-INTERRUPTED_RUN, BENCH_RUN = "interrupted", "quick-bench"
+INTERRUPTED_RUN, BENCH_RUN = "interrupted", "t1"
 
 
 def hand_bench_rows(scale: float) -> list[BenchRow]:
@@ -319,16 +320,33 @@ def interrupted_run(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) ->
     return results
 
 
+@dataclass(frozen=True)
+class QuickBench:
+    """A real quick-look bench (`--duration 0.05`, so every row is invalid and says so) of the
+    shipped cartpole and a user's zip that names no environment, given one with --env: what
+    tests/test_bench.py checks row by row, and the report tests title and draw."""
+
+    results: Path
+    model: Path  # the user's zip
+    sizes: tuple[int, ...]
+    proc: subprocess.CompletedProcess[str]
+
+
 @pytest.fixture(scope="session")
-def bench_run(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real quick-look bench (`--duration`): every row is invalid, and says so."""
-    results = tmp_path_factory.mktemp("bench") / "results"
-    proc = run_harness(
+def quick_bench(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> QuickBench:
+    folder = tmp_path_factory.mktemp("bench")
+    results, model, sizes = folder / "results", Path(shutil.copy(CARTPOLE_ZIP, folder / "model.zip")), (1, 64)
+    proc = cli(
         "bench",
-        *("--policy", "cartpole", "--batch-sizes", "1,64", "--card-counts", "1,2", "--duration", "0.02"),
+        *("--policy", "cartpole", "--policy", str(model), "--env", "seals/CartPole-v0"),
+        *("--card-counts", "1,2", "--batch-sizes", ",".join(map(str, sizes)), "--duration", "0.05"),
         *("--accelerator", "cpu", "--cards", "2", "--no-progress", "--results", str(results), "--run-id", BENCH_RUN),
         *("--address", ray_head.address),
-        env=ray_head.env,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return results
+    return QuickBench(results, model, sizes, proc)
+
+
+@pytest.fixture(scope="session")
+def bench_run(quick_bench: QuickBench) -> Path:
+    return quick_bench.results

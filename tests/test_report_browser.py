@@ -186,6 +186,7 @@ def test_a_passed_run(browser: Any, artifacts: Path, report_results: Path, tmp_p
     # The port rule, the histogram of errors against the golden, the episodes, and the hand-written bench rows' plots.
     assert_whole_and_alone(page, min_images=6)
     assert shown(page) == verdicts(parquet_checks(report_results, CLEAN_RUN))
+    assert {"verdicts", "configuration", "devices", "findings", "port-rule", "episodes", "bench"} <= page.ids
     assert "failures" not in page.ids, "nothing failed: no part about failures"
     invalid = [r for r in read_table(report_results, "bench").to_pylist() if r["run_id"] == CLEAN_RUN and not r["valid"]]
     assert len(page.texts("#bench table.invalid tbody tr")) == len(invalid) > 0
