@@ -13,21 +13,27 @@ from __future__ import annotations
 
 import harness  # noqa: F401  (the device-backend guard, before torch)
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from harness.policies import CARTPOLE_ZIP
+from harness.store.schema import BenchRow
+from harness.store.writer import write_rows
 from tests import builders
-from tests.helpers import start_ray_node
+from tests.helpers import REPO, cli, start_ray_node
 from tests.helpers import harness as run_harness
 from tests.third_party import ABSENT, CASES
 
@@ -219,3 +225,128 @@ def shared_sweeps(
     ray_head: Head, sb3_expert: builders.SB3Expert, mlagents_export: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> SharedSweeps:
     return SharedSweeps(tmp_path_factory.mktemp("shared") / "results", ray_head, sb3_expert.zip, mlagents_export)
+
+
+# ---- runs the report tests read (tests/test_report.py, tests/test_report_browser.py) ---------------
+
+SLOWER_RUN = "t-bench-slower"  # a bench-only run (no `runs` row) whose throughput is half the clean run's
+INTERRUPTED_RUN, BENCH_RUN = "interrupted", "t1"
+
+
+def hand_bench_rows(scale: float) -> list[BenchRow]:
+    """Bench rows written by hand: valid float32 rows with intervals, invalid bfloat16 ones; the
+    numbers a plot draws need not come from a timed run."""
+    rows = [
+        builders.bench_row(
+            dtype=dtype, device=device, batch_size=b, p50_ms=0.05 + b * 4e-4, p95_ms=0.07 + b * 5e-4, p99_ms=0.09 + b * 6e-4
+        )
+        for dtype in ("float32", "bfloat16")
+        for device in ("sim-cpu0", "sim-cpu1")
+        for b in (1, 8, 4096)
+    ]
+    rows += [
+        builders.bench_row(
+            dtype=dtype,
+            device="all",
+            n_cards=k,
+            batch_size=4096,
+            mode="throughput",
+            first_call_ms=None,
+            p50_ms=None,
+            p95_ms=None,
+            p99_ms=None,
+            mean_ms=None,
+            decisions_per_s=scale * 1e6 * k * 0.9 ** (k - 1),
+            scaling_efficiency=0.9 ** (k - 1),
+            timing="end_to_end",
+            valid=dtype == "float32",
+            ci_of="decisions_per_s",
+            ci_low=scale * 0.95e6 * k * 0.9 ** (k - 1),
+            ci_high=scale * 1.05e6 * k * 0.9 ** (k - 1),
+            scaling_ci_low=0.85 if k > 1 else None,
+            scaling_ci_high=0.93 if k > 1 else None,
+        )
+        for dtype in ("float32", "bfloat16")
+        for k in (1, 2)
+    ]
+    return rows
+
+
+@pytest.fixture(scope="session")
+def report_results(shared_sweeps: SharedSweeps, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared clean and faults sweeps, copied so that the bench rows added here (to the clean
+    run, and a bench-only run at half its throughput) stay out of test_query's view."""
+    shared_sweeps.clean()
+    shared = shared_sweeps.faults()
+    mine = tmp_path_factory.mktemp("report") / "results"
+    shutil.copytree(shared, mine, ignore=shutil.ignore_patterns(".staging"))
+    write_rows(mine, "bench", CLEAN_RUN, hand_bench_rows(1.0))
+    write_rows(mine, "bench", SLOWER_RUN, hand_bench_rows(0.5))
+    return mine
+
+
+@pytest.fixture(scope="session")
+def interrupted_run(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real sweep stopped with Ctrl-C (SIGINT) once its first unit is staged: a run that has not
+    finished, with some units done. Its units judge 4096-row batches, so the rest are still to
+    come when the signal lands."""
+    results = tmp_path_factory.mktemp("interrupted") / "results"
+    staging = results / ".staging" / INTERRUPTED_RUN
+    sweep = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "harness", "sweep", "--policy", "huggy-arch", "--dtypes", "float32,float16"),
+            *("--batch-sizes", "1,8,4096", "--cards", "2", "--accelerator", "cpu", "--no-progress"),
+            *("--results", str(results), "--run-id", INTERRUPTED_RUN, "--address", ray_head.address),
+        ],
+        cwd=REPO,
+        env=ray_head.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not any(staging.glob("*.done")):
+            assert sweep.poll() is None, "the sweep ended before it could be interrupted:\n" + sweep.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no unit finished in time"
+            time.sleep(0.02)
+        sweep.send_signal(signal.SIGINT)
+        _, err = sweep.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(sweep.pid, signal.SIGKILL)
+    assert sweep.returncode != 0 and "Traceback" not in err, err[-3000:]
+    return results
+
+
+@dataclass(frozen=True)
+class QuickBench:
+    """A real quick-look bench (`--duration 0.05`, so every row is invalid and says so) of the
+    shipped cartpole and a user's zip that names no environment, given one with --env: what
+    tests/test_bench.py checks row by row, and the report tests title and draw."""
+
+    results: Path
+    model: Path  # the user's zip
+    sizes: tuple[int, ...]
+    proc: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="session")
+def quick_bench(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> QuickBench:
+    folder = tmp_path_factory.mktemp("bench")
+    results, model, sizes = folder / "results", Path(shutil.copy(CARTPOLE_ZIP, folder / "model.zip")), (1, 64)
+    proc = cli(
+        "bench",
+        *("--policy", "cartpole", "--policy", str(model), "--env", "seals/CartPole-v0"),
+        *("--card-counts", "1,2", "--batch-sizes", ",".join(map(str, sizes)), "--duration", "0.05"),
+        *("--accelerator", "cpu", "--cards", "2", "--no-progress", "--results", str(results), "--run-id", BENCH_RUN),
+        *("--address", ray_head.address),
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return QuickBench(results, model, sizes, proc)
+
+
+@pytest.fixture(scope="session")
+def bench_run(quick_bench: QuickBench) -> Path:
+    return quick_bench.results

@@ -18,6 +18,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from harness.store.schema import RunRow
 
@@ -157,3 +158,11 @@ def start_ray_node(args: list[str], env: dict[str, str], timeout_s: float = 120)
             break
     node.stop()
     raise RuntimeError("ray start did not come up:\n" + "".join(seen[-30:]))
+
+
+def staged_checks(results: Path, run_id: str) -> list[dict[str, object]]:
+    """The checks of the units a run that has not finished has done so far (its staging,
+    harness/store/writer.py), read back with pyarrow."""
+    staging = results / ".staging" / run_id
+    done = sorted(p.name.removesuffix(".done") for p in staging.glob("*.done"))
+    return [row for unit in done for row in pq.read_table(staging / f"{unit}.checks.parquet").to_pylist()]

@@ -4,7 +4,6 @@ Behaviour only: no test asserts how fast anything is."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -17,8 +16,8 @@ from harness.devices import cpu_reference
 from harness.envs.cartpole import ENV_ID, HORIZON
 from harness.inference.episodes import run_episodes
 from harness.inference.timing import WARMUP_ITERATIONS, closed_loop, measure_latency
-from harness.policies import CARTPOLE_ZIP, load_policy
-from tests.conftest import Head
+from harness.policies import load_policy
+from tests.conftest import Head, QuickBench
 from tests.helpers import cli
 
 
@@ -89,21 +88,13 @@ def bench(ray_head: Head, results: Path, run_id: str, *args: str) -> subprocess.
 
 
 @pytest.mark.slow
-def test_a_quick_look_writes_every_mode_and_says_it_is_one(ray_head: Head, tmp_path: Path) -> None:
-    """The shipped cartpole, and a user's zip that names no environment, given one with --env."""
-    sizes = [1, 64]
-    model = shutil.copy(CARTPOLE_ZIP, tmp_path / "model.zip")
-    done = bench(
-        ray_head,
-        tmp_path,
-        "t1",
-        *("--policy", "cartpole", "--policy", str(model), "--env", "seals/CartPole-v0"),
-        *("--card-counts", "1,2", "--batch-sizes", ",".join(map(str, sizes)), "--duration", "0.05"),
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
+def test_a_quick_look_writes_every_mode_and_says_it_is_one(quick_bench: QuickBench) -> None:
+    """The shipped cartpole, and a user's zip that names no environment, given one with --env
+    (the session's quick look, tests/conftest.py)."""
+    done, results, model, sizes = quick_bench.proc, quick_bench.results, quick_bench.model, quick_bench.sizes
     assert "run t1:" in done.stdout and "rows are a quick look (--duration 0.05): one window, no interval" in done.stdout
 
-    rows = read_table(tmp_path, "bench")
+    rows = read_table(results, "bench")
     assert {r["run_id"] for r in rows} == {"t1"}
     assert {r["policy"] for r in rows} == {"cartpole", str(model)}
     for r in rows:  # a quick look is never a result, and says so
@@ -141,12 +132,12 @@ def test_a_quick_look_writes_every_mode_and_says_it_is_one(ray_head: Head, tmp_p
     for r in server.values():
         assert r["latency_bound_ms"] == 20.0 and r["timing"] == "end_to_end" and json.loads(r["detail"])["trials"]
 
-    audit = read_table(tmp_path, "checks")
+    audit = read_table(results, "checks")
     assert audit and all(c["kind"] == "bench_audit" and c["passed"] and c["gating"] for c in audit)
     assert {c["device_a"] for c in audit} == {"sim-cpu0", "sim-cpu1"}
     assert "audit: " in done.stdout and "equal the sweep's run_batch bit for bit" in done.stdout
 
-    (run,) = read_table(tmp_path, "runs")
+    (run,) = read_table(results, "runs")
     assert run["status"] == "bench" and run["n_cards"] == 2 and json.loads(run["config_json"])["card_counts"] == [1, 2]
 
 

@@ -12,7 +12,7 @@ import torch
 from harness.inference.capture import capture_activations, layer_modules, leaf_layers
 from harness.inference.faults import corrupt_first_layer, perturb_one_weight
 from harness.judge.golden import RatioLimits
-from harness.judge.localize import first_divergent_layer, first_layer_off_golden
+from harness.judge.localize import DIVERGENT, OFF_GOLDEN, first_divergent_layer, first_layer_off_golden, named_layer
 from harness.policies import GOLDEN, PolicyNet, cast_policy, load_policy
 from harness.policies.matmul_precision import reduce_float32_matmuls
 from harness.workloads import make_batch
@@ -66,6 +66,10 @@ def test_perturbed_weight_diverges_at_body0(policy: PolicyNet) -> None:
     line = div.describe()
     assert line.startswith(f"first divergent layer: body.0 {div.module} (first mismatch at [")
     assert "ulp" in line and "\n" not in line
+    # The report reads the layer back from a row's detail, where it follows the row's own mismatch.
+    assert named_layer(f"first mismatch at [3, 1]: a=1, b=2 (1 ulp); {line}") == (DIVERGENT, f"body.0 {div.module}", "")
+    assert named_layer(f"x; as found on normal-b8-s1: {line}") == (DIVERGENT, f"body.0 {div.module}", "normal-b8-s1")
+    assert named_layer("first mismatch at [3, 1]: a=1, b=2 (1 ulp)") is None
 
 
 def test_perturbed_head_diverges_at_head(policy: PolicyNet) -> None:
@@ -112,6 +116,7 @@ def test_reduced_float32_is_named_at_the_first_matmul(policy: PolicyNet) -> None
     assert [r.layer for r in div.ratios] == list(card)[: div.layers_checked]
     line = div.describe()
     assert line.startswith(f"first layer off the golden: body.0 {div.module} (error_ratio") and "error ratio by layer:" in line
+    assert named_layer(f"error_ratio 3e+04 > 3: ...; {line}") == (OFF_GOLDEN, f"body.0 {div.module}", "")
 
 
 def test_a_layer_that_blows_up_is_named_with_its_growth() -> None:

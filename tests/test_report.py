@@ -1,8 +1,7 @@
-"""`harness report` and `--compare` on the session's real clean sweep and its real sweep with a
-fault on each of three cards (tests/conftest.py, tests/test_sweep.py).
-
-Bench rows are written with `harness.store.writer.write_rows` (real Parquet), since the numbers a
-plot draws need not come from a timed run. The HTML page is parsed; its images must exist and load.
+"""`harness report` and `--compare` on the session's real clean sweep, its real sweep with a fault
+on each of three cards, a real sweep stopped with Ctrl-C and a real quick-look bench
+(tests/conftest.py). The verdict and exit code follow the run; the sign-off page is one file.
+How the page looks in a browser is tests/test_report_browser.py.
 """
 
 from __future__ import annotations
@@ -11,109 +10,49 @@ import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
-import matplotlib.image
+import pyarrow.parquet as pq
 import pytest
 
+from harness.report.outcome import EXIT_CODES, Verdict, run_verdict
+from harness.report.run_page import first_mismatch
 from harness.store.schema import CheckRow
 from harness.store.writer import write_rows
-from tests.builders import bench_row
+from tests.conftest import BENCH_RUN, INTERRUPTED_RUN, Head
 from tests.conftest import CLEAN_RUN as CLEAN
 from tests.conftest import FAULTS_RUN as FAULTY
-from tests.conftest import SharedSweeps
-from tests.helpers import assert_usage_error, cli
-
-SLOWER = "t-bench-slower"  # a bench-only run whose throughput is half the clean run's
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def bench_rows(scale: float) -> list:
-    rows = [
-        bench_row(
-            dtype=dtype, device=device, batch_size=b, p50_ms=0.05 + b * 4e-4, p95_ms=0.07 + b * 5e-4, p99_ms=0.09 + b * 6e-4
-        )
-        for dtype in ("float32", "bfloat16")
-        for device in ("sim-cpu0", "sim-cpu1")
-        for b in (1, 8, 4096)
-    ]
-    rows += [
-        bench_row(
-            dtype=dtype,
-            device="all",
-            n_cards=k,
-            batch_size=4096,
-            mode="throughput",
-            first_call_ms=None,
-            p50_ms=None,
-            p95_ms=None,
-            p99_ms=None,
-            mean_ms=None,
-            decisions_per_s=scale * 1e6 * k * 0.9 ** (k - 1),
-            scaling_efficiency=0.9 ** (k - 1),
-            timing="end_to_end",
-            valid=dtype == "float32",
-            ci_of="decisions_per_s",
-            ci_low=scale * 0.95e6 * k * 0.9 ** (k - 1),
-            ci_high=scale * 1.05e6 * k * 0.9 ** (k - 1),
-            scaling_ci_low=0.85 if k > 1 else None,
-            scaling_ci_high=0.93 if k > 1 else None,
-        )
-        for dtype in ("float32", "bfloat16")
-        for k in (1, 2)
-    ]
-    return rows
+from tests.conftest import SLOWER_RUN as SLOWER
+from tests.helpers import assert_usage_error, cli, read_table, staged_checks
 
 
 @pytest.fixture(scope="module")
-def results(shared_sweeps: SharedSweeps, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shared sweeps, copied so that the bench rows added here stay out of test_query's view."""
-    shared_sweeps.clean()
-    shared = shared_sweeps.faults()
-    mine = tmp_path_factory.mktemp("report") / "results"
-    shutil.copytree(shared, mine, ignore=shutil.ignore_patterns(".staging"))
-    write_rows(mine, "bench", CLEAN, bench_rows(1.0))
-    write_rows(mine, "bench", SLOWER, bench_rows(0.5))
-    return mine
+def results(report_results: Path) -> Path:
+    return report_results
 
 
 class Page(HTMLParser):
-    """The parts of the page the tests look at: tables (header cells), images, outside links."""
+    """What a page refers to: its images' sources, its links, its tags and its elements' ids."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.tables: list[list[str]] = []
         self.images: list[str] = []
         self.links: list[str] = []
         self.tags: set[str] = set()
-        self._in_th = False
+        self.ids: set[str] = set()
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.tags.add(tag)
         values = dict(attrs)
-        if tag == "table":
-            self.tables.append([])
-        self._in_th = tag == "th"
+        if values.get("id"):
+            self.ids.add(values["id"] or "")
         if tag == "img":
             self.images.append(values["src"] or "")
-        self.links += [v for k, v in attrs if k in ("href", "src") and v]
-
-    def handle_data(self, data: str) -> None:
-        if self._in_th:
-            self.tables[-1].append(data)
-
-    def handle_endtag(self, tag: str) -> None:
-        self._in_th = False
+        self.links += [v for k, v in attrs if k in ("href", "src") and v and tag != "img"]
 
 
 def parse_page(path: Path) -> Page:
     page = Page()
     page.feed(path.read_text(encoding="utf-8"))
     return page
-
-
-def assert_png(path: Path) -> None:
-    assert path.read_bytes()[:8] == PNG_SIGNATURE
-    image = matplotlib.image.imread(path)
-    assert image.ndim == 3 and image.shape[0] > 100 and image.shape[1] > 100
 
 
 @pytest.mark.slow
@@ -125,46 +64,163 @@ def test_terminal_report_of_the_latest_run(results: Path) -> None:
     assert "card1:perturb-weight,card2:mkl-avx2,card3:corrupt-weight" in out
     verdicts = out.split("Verdict per policy and dtype")[1].split("Failed checks")[0]
     assert "FAIL" in verdicts and "cpu_reference" in verdicts and "decisions" in verdicts
-    failed = out.split("Failed checks")[1].split("Properties of the cards")[0]
+    failed = out.split("Failed checks (these gate the run)")[1].split("Findings (reported, not gating)")[0]
     assert "cross_card" in failed and "sim-cpu1 vs sim-cpu0" in failed and "first mismatch at [" in failed
     assert "first layer off the golden" in failed
+    findings = out.split("Findings (reported, not gating)")[1].split("Properties of the cards")[0]
+    assert "tolerance" in findings and "batch_invariance" not in findings
     properties = out.split("Properties of the cards")[1].split("Is the port right")[0]
     assert "batch invariance: sim-cpu0" in properties
-    precision = out.split("Is the port right")[1].split("Benchmarks")[0]
+    precision = out.split("Is the port right")[1]
     assert "error_ratio (max)" in precision and "limit (min)" in precision and "max_abs vs golden (max)" in precision
     assert "float32" in precision.split() and "logits" in precision and "mu" in precision
+    assert "Benchmarks" not in out, "a sweep without bench rows shows no bench table"
 
 
 @pytest.mark.slow
-def test_html_page_with_tables_and_plots(results: Path, tmp_path: Path) -> None:
-    proc = cli("report", CLEAN, "--results", str(results), "--out", str(tmp_path))
+def test_the_sign_off_page_is_one_file_that_needs_nothing_else(bench_run: Path, tmp_path: Path) -> None:
+    """Copied alone, the page shows everything: figures inline, no script, no link out of the file."""
+    proc = cli("report", BENCH_RUN, "--results", str(bench_run), "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "skipped" not in proc.stdout
-    page = parse_page(tmp_path / "report.html")
-    headers = [set(t) for t in page.tables]
-    assert any({"policy", "dtype", "check", "verdict"} <= h for h in headers)
-    assert any({"error_ratio (max)", "max_ratio (max)", "verdict"} <= h for h in headers)
-    assert any({"p50 ms", "decisions/s"} <= h for h in headers)
-    assert sorted(page.images) == ["errors.png", "latency.png", "scaling.png", "throughput.png"]
-    for image in page.images:
-        assert_png(tmp_path / image)
-    # Readable offline: no scripts, nothing fetched from elsewhere.
-    assert "script" not in page.tags and "link" not in page.tags
-    assert all("://" not in link for link in page.links)
+    page_file = tmp_path / f"report-{BENCH_RUN}.html"
+    assert proc.stdout.rstrip().endswith(f"wrote {page_file}")
+    assert sorted(tmp_path.iterdir()) == [page_file], "one file, nothing beside it"
+    page = parse_page(page_file)
+    assert len(page.images) >= 4 and all(src.startswith("data:image/svg+xml;base64,") for src in page.images)
+    assert not page.tags & {"script", "link", "iframe", "object", "embed"}
+    for link in page.links:
+        assert link.startswith("#") and link[1:] in page.ids, link
+    # A bench has no grid of verdicts and no failures: those parts are left out, not left empty.
+    assert {"bench", "configuration", "devices"} <= page.ids and not page.ids & {"verdicts", "failures", "port-rule"}
 
 
 @pytest.mark.slow
-def test_plots_without_data_are_skipped_with_a_note(results: Path, tmp_path: Path) -> None:
-    (tmp_path / "latency.png").write_bytes(b"an older run's plot")
-    proc = cli("report", FAULTY, "--results", str(results), "--out", str(tmp_path))
-    assert proc.returncode == 1
-    assert "plot throughput.png skipped" in proc.stdout and "plot latency.png skipped" in proc.stdout
-    assert "plot scaling.png skipped" in proc.stdout
-    assert not (tmp_path / "latency.png").exists() and not (tmp_path / "throughput.png").exists()
-    page = parse_page(tmp_path / "report.html")
-    assert page.images == ["errors.png"]
-    assert_png(tmp_path / "errors.png")
-    assert "skipped: no bench rows with mode latency" in (tmp_path / "report.html").read_text()
+def test_the_first_mismatch_of_every_failed_row_is_found_in_its_detail(results: Path) -> None:
+    """The page's "first mismatch" column, on the real failed rows of the faults run: the row's
+    own first failing element, taken from its detail, whatever kind of check wrote it."""
+    starts = {"cross_card": ("first mismatch at [", "seed "), "cpu_reference": ("largest error ",)}
+    starts |= {"decisions": ("first at [",), "tolerance": ("at [",), "episode_return": ("seed ",)}
+    rows = [r for r in read_table(results, "checks").to_pylist() if r["run_id"] == FAULTY and not r["passed"]]
+    kinds = set()
+    for r in rows:
+        if r["kind"] in starts:
+            found = first_mismatch(r["detail"])
+            assert found in r["detail"] and found.startswith(starts[r["kind"]]), (r["kind"], found, r["detail"])
+            kinds.add(r["kind"])
+    assert {"cross_card", "cpu_reference", "decisions", "tolerance"} <= kinds
+
+
+def test_run_verdicts_and_exit_codes() -> None:
+    """The verdict of every kind of run, from its status and its rows."""
+    cases = [
+        # status, gating, failed, bench rows -> verdict
+        (("passed", 10, 0, 0), Verdict.PASSED),
+        (("failed", 10, 2, 0), Verdict.FAILED),
+        (("failed", 0, 0, 0), Verdict.FAILED),  # a sweep that judged nothing ends failed
+        (("error", 0, 0, 0), Verdict.FAILED),
+        (("running", 10, 0, 0), Verdict.INCOMPLETE),  # its finished units passed: not a pass
+        (("incomplete", 0, 0, 0), Verdict.INCOMPLETE),
+        (("interrupted", 4, 0, 0), Verdict.INCOMPLETE),  # a status a later harness may add
+        (("running", 10, 1, 0), Verdict.FAILED),  # a failure found so far stands whatever comes
+        (("bench", 0, 0, 18), Verdict.BENCH),
+        (("bench", 24, 1, 18), Verdict.FAILED),  # the audit failed
+        (("unknown", 0, 0, 6), Verdict.BENCH),  # bench rows without a runs row
+        (("unknown", 3, 0, 0), Verdict.PASSED),
+        (("unknown", 0, 0, 0), Verdict.NO_CHECKS),
+        (("passed", 0, 0, 0), Verdict.NO_CHECKS),
+    ]
+    for args, verdict in cases:
+        assert run_verdict(*args) == verdict, args
+    assert {v: EXIT_CODES[v] for v in Verdict} == {
+        Verdict.PASSED: 0,
+        Verdict.BENCH: 0,
+        Verdict.FAILED: 1,
+        Verdict.NO_CHECKS: 1,
+        Verdict.INCOMPLETE: 3,
+    }
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_is_incomplete_and_says_how_to_finish_it(interrupted_run: Path, ray_head: Head) -> None:
+    staged = staged_checks(interrupted_run, INTERRUPTED_RUN)
+    assert staged and all(r["passed"] for r in staged if r["gating"]), "its finished units passed"
+    units = len({r["unit_id"] for r in staged})
+    proc = cli("report", INTERRUPTED_RUN, "--results", str(interrupted_run))
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    headline = proc.stdout.splitlines()[0]
+    assert headline.startswith(f"run {INTERRUPTED_RUN}: INCOMPLETE (status "), headline
+    assert f"not finished: {units} " in headline and f"{len(staged)} checks" in headline, headline
+    resume = f"harness sweep --resume {INTERRUPTED_RUN} --results {interrupted_run} --address {ray_head.address}"
+    assert proc.stderr.strip().endswith(f"finish it with: {resume}"), proc.stderr
+    assert "PASSED" not in proc.stdout and "Verdict per policy and dtype" in proc.stdout
+    # `harness query` sees only what is committed: nothing of this run yet.
+    query = cli("query", "SELECT count(*) AS n FROM checks", "--results", str(interrupted_run), "--format", "csv")
+    assert query.stdout.split() == ["n", "0"]
+
+
+@pytest.mark.slow
+def test_a_failure_in_the_finished_units_of_an_unfinished_run_fails_it(interrupted_run: Path, tmp_path: Path) -> None:
+    """One staged gating row turned to failed by hand: FAILED (exit 1) though not finished, with
+    the command that finishes it still said."""
+    results = tmp_path / "results"
+    shutil.copytree(interrupted_run, results)
+    staging = results / ".staging" / INTERRUPTED_RUN
+    unit = sorted(staging.glob("*.done"))[0].name.removesuffix(".done")
+    path = staging / f"{unit}.checks.parquet"
+    table = pq.read_table(path)
+    first_gating = table.column("gating").to_pylist().index(True)
+    passed = [i != first_gating and p for i, p in enumerate(table.column("passed").to_pylist())]
+    pq.write_table(table.set_column(table.schema.get_field_index("passed"), "passed", [passed]), path)
+    proc = cli("report", INTERRUPTED_RUN, "--results", str(results))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stdout.startswith(f"run {INTERRUPTED_RUN}: FAILED (status ") and ", 1 failed so far)" in proc.stdout
+    assert f"finish it with: harness sweep --resume {INTERRUPTED_RUN} --results {results}" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_bench_is_titled_by_how_many_of_its_rows_are_valid(bench_run: Path) -> None:
+    rows = read_table(bench_run, "bench")
+    assert rows.num_rows and not any(rows.column("valid").to_pylist()), "a quick look is never a result"
+    proc = cli("report", BENCH_RUN, "--results", str(bench_run))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    audit = read_table(bench_run, "checks").num_rows
+    assert proc.stdout.splitlines()[0] == (
+        f"run {BENCH_RUN}: BENCH (status bench; 0 of {rows.num_rows} bench rows valid: none is a result; "
+        f"audit passed ({audit} outputs sampled))"
+    )
+    assert "PASSED" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_bench_whose_audit_failed_is_failed(bench_run: Path, tmp_path: Path) -> None:
+    """One audit row of the real bench turned to failed by hand: FAILED, exit 1, still titled by its valid rows."""
+    results = tmp_path / "results"
+    shutil.copytree(bench_run, results)
+    [path] = (results / "checks").glob("*/*.parquet")
+    table = pq.read_table(path)
+    passed = [i != 0 and p for i, p in enumerate(table.column("passed").to_pylist())]
+    pq.write_table(table.set_column(table.schema.get_field_index("passed"), "passed", [passed]), path)
+    proc = cli("report", BENCH_RUN, "--results", str(results))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    headline = proc.stdout.splitlines()[0]
+    assert headline.startswith(f"run {BENCH_RUN}: FAILED (status bench; 0 of ") and "audit: 1 failed" in headline, headline
+
+
+@pytest.mark.slow
+def test_compare_says_how_the_runs_differ_before_matching_them(results: Path, tmp_path: Path) -> None:
+    proc = cli("report", "--compare", CLEAN, FAULTY, "--results", str(results), "--out", str(tmp_path))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    differences = proc.stdout.split("the runs differ in")[1].split("checks matched")[0]
+    lines = [line.split() for line in differences.splitlines()]
+    for what, a, b in [
+        (["dtypes"], ["float32,", "float16"], ["float32"]),
+        (["inject", "fault"], ["none"], ["card1:perturb-weight,", "card2:mkl-avx2,", "card3:corrupt-weight"]),
+        (["cards"], ["2"], ["4"]),
+    ]:
+        at = lines.index([*what, "A:", *a])
+        assert lines[at + 1] == ["B:", *b], lines[at : at + 2]
+    assert any(line[:2] == ["policies", "A:"] for line in lines)
+    assert (tmp_path / f"compare-{CLEAN}-{FAULTY}.html").is_file()
 
 
 @pytest.mark.slow
@@ -183,6 +239,7 @@ def test_compare_is_quiet_on_identical_runs(results: Path) -> None:
     proc = cli("report", "--compare", CLEAN, CLEAN, "--results", str(results))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "no regression" in proc.stdout and "REGRESSED" not in proc.stdout
+    assert "the two runs were made alike (configuration, policies, versions, devices)" in proc.stdout
 
 
 @pytest.mark.slow

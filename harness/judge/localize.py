@@ -12,6 +12,7 @@ one, so a reader can tell a steady drift from one layer that blows up.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -20,6 +21,13 @@ import numpy as np
 from harness.judge.compare import Comparison, compare_bitwise
 from harness.judge.golden import GoldenComparison, RatioLimits, compare_to_golden
 from harness.judge.numerics import as_float64, first_index, same_bits
+
+
+# How `Divergence.describe` names the layer, and the reader of it (`named_layer`), side by side.
+DIVERGENT = "first divergent layer"
+OFF_GOLDEN = "first layer off the golden"
+# "as found on WORKLOAD: " where a later batch names an earlier batch's search (harness/run/layer_search.py).
+_NAMED = re.compile(rf"(?:as found on (?P<on>[^:;]+): )?(?P<how>{DIVERGENT}|{OFF_GOLDEN}): (?P<where>.+?) \(")
 
 
 @dataclass(frozen=True)
@@ -53,15 +61,23 @@ class Divergence:
         c = self.comparison
         if isinstance(c, Comparison):
             parts = [
-                f"first divergent layer: {where} ({c.detail})",
+                f"{DIVERGENT}: {where} ({c.detail})",
                 f"{c.n_mismatch} of {c.n_elements} elements differ, max {c.max_ulp} ulp",
             ]
             parts.append("input: the observations" if self.layers_checked == 1 else "inputs identical")
         else:
-            parts = [f"first layer off the golden: {where} ({c.detail})"]
+            parts = [f"{OFF_GOLDEN}: {where} ({c.detail})"]
             parts.append("input: the observations" if self.layers_checked == 1 else "inputs within the rule")
             parts.append("error ratio by layer: " + ", ".join(_format_ratio(r) for r in self.ratios))
         return "; ".join(parts)
+
+
+def named_layer(detail: str) -> tuple[str, str, str] | None:
+    """From a check's `detail`: which layer search named a layer (DIVERGENT or OFF_GOLDEN), the
+    layer with its module, and the workload it was found on ("" for this row's own); None where
+    no layer was named."""
+    found = _NAMED.search(detail)
+    return (found["how"], found["where"], found["on"] or "") if found else None
 
 
 def first_divergent_layer(

@@ -1,6 +1,8 @@
 """`harness report --compare RUN_A RUN_B`: what got worse from run A to run B.
 
-Three questions, each one SQL join over the views: gating checks that passed in A and fail in B,
+First how the two runs were made differently (configuration, faults, versions, devices), so a
+reader knows what the matched units can be compared on. Then three questions, each one SQL join
+over the views: gating checks that passed in A and fail in B,
 errors (max_abs) of gating checks that grew by more than a factor, and throughput (decisions/s)
 that dropped by more than a percentage. Checks are matched on (unit_id, output, kind, device_a,
 device_b): unit ids are stable across runs of the same plan, so two sweeps of one config line up
@@ -10,14 +12,15 @@ outputs) are the card's properties, not a regression.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TextIO
+import json
+from dataclasses import dataclass, field
+from typing import Any, TextIO
 
 import duckdb
 import pyarrow as pa
 
 from harness.errors import UsageError
-from harness.report.run_report import Section, dtype_order, print_sections
+from harness.report.run_report import RunRecord, Section, dtype_order, print_sections, run_record, versions
 
 
 @dataclass
@@ -32,6 +35,82 @@ class Thresholds:
             raise UsageError(f"--drop-percent must be in [0, 100) (got {self.drop_percent}); e.g. --drop-percent 10")
 
 
+@dataclass(frozen=True)
+class Difference:
+    """One way in which the two runs were made differently: what, as A had it, as B had it."""
+
+    what: str
+    a: str
+    b: str
+
+
+# Keys of the stored configuration that say where a run went, not what it was.
+WHERE_ONLY = ("results", "run_id", "resume", "progress", "address")
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "not set"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) if value else "none"
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True) if value else "none"
+    return str(value)
+
+
+def _flat(device: dict[str, Any]) -> dict[str, str]:
+    """A device's description as field -> text: model, node, runtime and precision settings one by one."""
+    flat = {k: _shown(device.get(k)) for k in ("model", "node", "simulated", "threads", "faults")}
+    flat |= {f"runtime {k}": _shown(v) for k, v in (device.get("runtime") or {}).items()}
+    settings = device.get("settings") or {}
+    flat |= {f"{k}": _shown(v) for k, v in settings.items() if k != "set"}
+    flat |= {f"set {k}": _shown(v) for k, v in (settings.get("set") or {}).items()}
+    return flat
+
+
+def _device_differences(a: RunRecord, b: RunRecord) -> list[Difference]:
+    devices = [{str(d.get("label")): d for d in r.devices} for r in (a, b)]
+    found = []
+    for label in dict.fromkeys([*devices[0], *devices[1]]):
+        a_device, b_device = devices[0].get(label), devices[1].get(label)
+        if a_device is None or b_device is None:
+            shown = [
+                "absent" if d is None else f"{d.get('model')}{' (simulated)' if d.get('simulated') else ''}"
+                for d in (a_device, b_device)
+            ]
+            found.append(Difference(f"device {label}", *shown))
+            continue
+        fields = [_flat(a_device), _flat(b_device)]
+        for name in dict.fromkeys([*fields[0], *fields[1]]):
+            if fields[0].get(name) != fields[1].get(name):
+                found.append(
+                    Difference(f"device {label}: {name}", fields[0].get(name, "absent"), fields[1].get(name, "absent"))
+                )
+    return found
+
+
+def configuration_differences(a: RunRecord, b: RunRecord) -> list[Difference]:
+    """Every way the runs' `runs` rows differ in what was run: the configuration key by key
+    (dtypes, policies, faults, batch sizes, seeds, episodes, ...), the policies' bytes, the
+    versions, and each device field by field (model, runtime, precision settings). Empty when
+    they match."""
+    found = []
+    for key in sorted(set(a.config) | set(b.config)):
+        if key not in WHERE_ONLY and a.config.get(key) != b.config.get(key):
+            found.append(Difference(key.replace("_", " "), _shown(a.config.get(key)), _shown(b.config.get(key))))
+    sha = [{str(p.get("name")): str(p.get("sha256")) for p in r.policies} for r in (a, b)]
+    for name in sorted(set(sha[0]) & set(sha[1])):
+        if sha[0][name] != sha[1][name]:
+            found.append(Difference(f"policy {name} sha256", sha[0][name][:16], sha[1][name][:16]))
+    if a.row and b.row:
+        for column in ("accelerator", "n_cards"):
+            if a.row[column] != b.row[column] and not (column == "n_cards" and a.config.get("cards") != b.config.get("cards")):
+                found.append(Difference(column.replace("_", " "), str(a.row[column]), str(b.row[column])))
+        if versions(a.row) != versions(b.row):
+            found.append(Difference("versions", versions(a.row), versions(b.row)))
+    return found + _device_differences(a, b)
+
+
 @dataclass
 class RunDiff:
     run_a: str
@@ -41,6 +120,12 @@ class RunDiff:
     newly_failed: pa.Table
     errors_grew: pa.Table
     throughput_dropped: pa.Table
+    records: tuple[RunRecord, RunRecord] = field(default_factory=lambda: (RunRecord(), RunRecord()))
+    checks: tuple[pa.Table, pa.Table] = field(default_factory=lambda: (pa.table({}), pa.table({})))
+
+    @property
+    def differences(self) -> list[Difference]:
+        return configuration_differences(*self.records)
 
     @property
     def regressed(self) -> bool:
@@ -101,12 +186,30 @@ def compare_runs(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str, thresho
         newly_failed=rows(NEWLY_FAILED_SQL),
         errors_grew=rows(ERRORS_GREW_SQL, factor=thresholds.error_factor),
         throughput_dropped=rows(THROUGHPUT_SQL, drop=thresholds.drop_percent),
+        records=(run_record(con, run_a), run_record(con, run_b)),
+        checks=tuple(
+            con.sql("SELECT * FROM checks WHERE run_id = $r", params={"r": r}).to_arrow_table() for r in (run_a, run_b)
+        ),
     )
+
+
+def print_differences(diff: RunDiff, out: TextIO) -> None:
+    differences = diff.differences
+    if not differences:
+        print("  the two runs were made alike (configuration, policies, versions, devices)", file=out)
+        return
+    print(f"  the runs differ in {len(differences)} ways; checks are matched only where their units are the same:", file=out)
+    width = max(len(d.what) for d in differences)
+    for d in differences:
+        print(f"    {d.what:<{width}}  A: {d.a}", file=out)
+        print(f"    {'':<{width}}  B: {d.b}", file=out)
 
 
 def print_diff(diff: RunDiff, out: TextIO) -> None:
     t = diff.thresholds
-    print(f"compare {diff.run_a} (A) -> {diff.run_b} (B): {diff.matched_checks} checks matched", file=out)
+    print(f"compare {diff.run_a} (A) -> {diff.run_b} (B)", file=out)
+    print_differences(diff, out)
+    print(f"  {diff.matched_checks} checks matched (same unit, output, kind and devices)", file=out)
     print_sections(
         [
             Section("Checks that passed in A and fail in B", diff.newly_failed, "none"),

@@ -1,34 +1,29 @@
-"""`harness report`: what one run found, in the terminal, and as PNG plots and one static HTML page.
+"""`harness report`: what one run found, in the terminal; the sign-off page (run_page.py) is drawn
+from the same `Report`.
 
-Everything is read through the DuckDB views of `harness.store.views`; numbers are formatted in SQL so
-the terminal and the HTML page show the same text. A plot without data is skipped with a note.
+Everything is read through the DuckDB views of `harness.store.views`, a run that has not finished
+with the units it has done so far (its staging). Numbers are formatted in SQL so the terminal and
+the page show the same text. The verdict and the exit code follow the run (outcome.py).
 """
 
 from __future__ import annotations
 
-import html
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 import duckdb
-import numpy as np
 import pyarrow as pa
 
 from harness.dtypes import LABEL_ORDER
 from harness.judge.kinds import CheckKind
+from harness.report.outcome import BENCH_STATUS, EXIT_CODES, NO_RUN_ROW, Verdict, run_verdict, unfinished
 from harness.report.summary import batch_invariance_lines, summarize
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
-    from matplotlib.figure import Figure
 
 # The policy's head, the output the reference ports report precision on.
 HEAD_OUTPUTS = ("logits", "q_values", "mu")
-
-PAGE = "report.html"
 
 
 def dtype_order(column: str = "dtype") -> str:
@@ -38,76 +33,190 @@ def dtype_order(column: str = "dtype") -> str:
 
 @dataclass
 class Section:
+    """A table of the terminal report."""
+
     title: str
     table: pa.Table  # cells already formatted
     empty_note: str  # shown instead of an empty table
 
 
 @dataclass
-class Plot:
-    title: str
-    file: str  # PNG name inside the output folder
-    note: str  # why it was skipped; empty when drawn
+class RunRecord:
+    """The run's `runs` row, its JSON columns parsed; a run with none (rows written by hand, an
+    older bench) has status `unknown` and nothing else."""
+
+    status: str = NO_RUN_ROW
+    row: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    policies: list[dict[str, Any]] = field(default_factory=list)
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def faults(self) -> str:
+        return str(self.row.get("faults") or "")
+
+    def card_labels(self) -> tuple[str, ...]:
+        """The cards, in the order the run lists them: every device but the CPU reference (kind
+        cpu and not simulated, as harness/devices/cpu.py describes it)."""
+        return tuple(str(d.get("label")) for d in self.devices if d.get("kind") != "cpu" or d.get("simulated"))
+
+    def device_faults(self) -> dict[str, list[str]]:
+        """Each card's label and the faults injected on it."""
+        return {str(d.get("label")): [str(f) for f in d.get("faults") or []] for d in self.devices if d.get("faults")}
+
+
+def _json(value: str | None, empty: Any) -> Any:
+    try:
+        return json.loads(value) if value else empty
+    except ValueError:
+        return empty
+
+
+def run_record(con: duckdb.DuckDBPyConnection, run_id: str) -> RunRecord:
+    rows = _rows(con, "SELECT * FROM runs WHERE run_id = $run_id", run_id).to_pylist()
+    if not rows:
+        return RunRecord()
+    run = rows[-1]
+    return RunRecord(
+        status=run["status"],
+        row=run,
+        config=_json(run["config_json"], {}),
+        devices=_json(run["devices"], []),
+        policies=_json(run["policies"], []),
+        summary=_json(run["summary"], {}),
+    )
 
 
 @dataclass
 class Report:
     run_id: str
-    status: str
-    facts: list[tuple[str, str]]
+    results: Path
+    record: RunRecord
+    checks: pa.Table  # every check of the run: committed, or the finished units of a run that has not finished
+    bench: list[dict[str, Any]]
     sections: list[Section]
-    n_checks: int
-    n_failed: int
 
     @property
-    def failed(self) -> bool:
-        return self.n_failed > 0 or self.status in ("failed", "error")
+    def status(self) -> str:
+        return self.record.status
 
     @property
-    def verdict(self) -> str:
-        """FAILED, PASSED, or what keeps a run from either: no checks at all (a bench, or a sweep
-        that judged nothing), or a sweep that has not finished (running, or stopped short)."""
-        if self.failed:
-            return "FAILED"
-        if self.status == "running":
-            return "INCOMPLETE"
-        return "PASSED" if self.n_checks else "NO CHECKS"
+    def n_checks(self) -> int:
+        return self.checks.num_rows
+
+    @property
+    def n_gating(self) -> int:
+        return sum(self.checks.column("gating").to_pylist()) if self.n_checks else 0
+
+    @property
+    def n_failed(self) -> int:
+        rows = self.checks.select(["gating", "passed"]).to_pylist()
+        return sum(1 for r in rows if r["gating"] and not r["passed"])
+
+    @property
+    def is_bench(self) -> bool:
+        return self.status == BENCH_STATUS or (self.status == NO_RUN_ROW and bool(self.bench))
+
+    @property
+    def n_valid(self) -> int:
+        return sum(1 for r in self.bench if r["valid"])
+
+    @property
+    def verdict(self) -> Verdict:
+        return run_verdict(self.status, self.n_gating, self.n_failed, len(self.bench))
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.verdict]
+
+    @property
+    def unfinished(self) -> bool:
+        return unfinished(self.status)
+
+    @property
+    def units_done(self) -> int:
+        return len(set(self.checks.column("unit_id").to_pylist())) if self.n_checks else 0
+
+    @property
+    def units_planned(self) -> int | None:
+        units = self.record.summary.get("units")
+        return int(units) if isinstance(units, int) else None
+
+    @property
+    def resumable(self) -> bool:
+        return self.unfinished and (self.results / ".staging" / self.run_id).is_dir()
+
+    def resume_command(self) -> str:
+        """The command that finishes this run, as the sweep would have printed it."""
+        tail = ["--resume", self.run_id, "--results", str(self.results)]
+        address = self.record.config.get("address")
+        if "jobs/sweep.py" in str(self.record.row.get("command") or ""):
+            return "ray job submit --address http://DASHBOARD --working-dir . -- python jobs/sweep.py " + shlex.join(tail)
+        return "harness sweep " + shlex.join([*tail, *(["--address", str(address)] if address else [])])
+
+    def counts(self) -> str:
+        """What the verdict stands on, in a few words."""
+        if self.is_bench:
+            audit = "audit passed" if self.n_checks and not self.n_failed else f"audit: {self.n_failed} failed"
+            none = ": none is a result" if not self.n_valid else ""
+            return f"{self.n_valid} of {len(self.bench)} bench rows valid{none}; {audit} ({self.n_checks} outputs sampled)"
+        text = f"{self.n_checks} checks, {self.n_gating} gating, {self.n_failed} failed"
+        if self.unfinished:
+            planned = f" of {self.units_planned}" if self.units_planned is not None else ""
+            units = "unit" if self.units_done == 1 and not planned else "units"
+            text = f"not finished: {self.units_done}{planned} {units} done; {text} so far"
+        return text
+
+    def headline(self) -> str:
+        return f"run {self.run_id}: {self.verdict} (status {self.status}; {self.counts()})"
+
+    def next_step(self) -> str:
+        """For a run that has not finished: what its status means, how it is finished, or why it cannot be."""
+        if not self.unfinished:
+            return ""
+        running = (
+            "it is still running, or it stopped before it could record how it ended; " if self.status == "running" else ""
+        )
+        if self.resumable:
+            return f"{running}finish it with: {self.resume_command()}"
+        return f"{running}its staged units are gone from {self.results / '.staging'}: run it again"
+
+    def facts(self) -> list[tuple[str, str]]:
+        """The run's provenance, as the terminal and the page's header list it."""
+        run = self.record.row
+        if not run:
+            return []
+        devices = ", ".join(
+            f"{d.get('label', '?')} ({d.get('model', '?')}{', simulated' if d.get('simulated') else ''})"
+            for d in self.record.devices
+        )
+        policies = ", ".join(
+            f"{p.get('name')} ({p.get('source')}{', synthetic' if p.get('synthetic') else ''}, "
+            f"sha256 {str(p.get('sha256'))[:12]})"
+            for p in self.record.policies
+        )
+        return [
+            ("started", f"{run['started_at']} (finished {run['finished_at'] or 'never'})"),
+            ("host", run["hostname"]),
+            ("accelerator", f"{run['accelerator']}, {run['n_cards']} cards"),
+            ("devices", devices),
+            ("policies", policies),
+            ("versions", versions(run)),
+            ("faults injected", run["faults"] or "none"),
+            ("command", run["command"]),
+        ]
+
+
+def versions(run: dict[str, Any]) -> str:
+    return (
+        f"harness {run['harness_version']}, torch {run['torch_version']}, ray {run['ray_version']}, "
+        f"git {run['git_revision'] or 'unknown'}"
+    )
 
 
 def _rows(con: duckdb.DuckDBPyConnection, sql: str, run_id: str) -> pa.Table:
     return con.sql(sql, params={"run_id": run_id}).to_arrow_table()
-
-
-def _run_facts(con: duckdb.DuckDBPyConnection, run_id: str) -> tuple[str, list[tuple[str, str]]]:
-    """The run's status and provenance; a run with no `runs` row (a bare bench) has neither."""
-    rows = _rows(con, "SELECT * FROM runs WHERE run_id = $run_id", run_id).to_pylist()
-    if not rows:
-        return "unknown", []
-    run = rows[0]
-    devices = json.loads(run["devices"] or "[]")
-    labelled = ", ".join(
-        f"{d.get('label', '?')} ({d.get('model', '?')}{', simulated' if d.get('simulated') else ''})" for d in devices
-    )
-    policies = json.loads(run["policies"] or "[]")
-    named = ", ".join(
-        f"{p.get('name')} ({p.get('source')}{', synthetic' if p.get('synthetic') else ''}, sha256 {str(p.get('sha256'))[:12]})"
-        for p in policies
-    )
-    facts = [
-        ("started", f"{run['started_at']} (finished {run['finished_at'] or 'never'})"),
-        ("host", run["hostname"]),
-        ("accelerator", f"{run['accelerator']}, {run['n_cards']} cards"),
-        ("devices", labelled),
-        ("policies", named),
-        (
-            "versions",
-            f"harness {run['harness_version']}, torch {run['torch_version']}, ray {run['ray_version']}, git "
-            f"{run['git_revision'] or 'unknown'}",
-        ),
-        ("faults injected", run["faults"] or "none"),
-        ("command", run["command"]),
-    ]
-    return run["status"], facts
 
 
 def _verdict_section(checks: pa.Table) -> Section:
@@ -132,13 +241,16 @@ def _card_properties_section(checks: pa.Table) -> Section:
     return Section("Properties of the cards", table, "no batch invariance checks in this run")
 
 
-FAILED_SQL = f"""
-SELECT CASE WHEN gating THEN 'FAIL' ELSE 'finding' END AS verdict, policy, dtype, kind AS check,
-       workload || '/' || output AS output,
+def _not_passed_sql(gating: bool) -> str:
+    # Batch invariance is the card's property, said once per card ("Properties of the cards").
+    where = "gating" if gating else f"NOT gating AND kind <> '{CheckKind.BATCH_INVARIANCE}'"
+    return f"""
+SELECT policy, dtype, kind AS check, workload || '/' || output AS output,
        device_a || CASE WHEN device_b = '' THEN '' ELSE ' vs ' || device_b END AS devices, detail AS "first mismatch"
-FROM checks WHERE run_id = $run_id AND NOT passed
-ORDER BY NOT gating, policy, {dtype_order()}, kind, workload, output, device_a
+FROM checks WHERE run_id = $run_id AND NOT passed AND {where}
+ORDER BY policy, {dtype_order()}, kind, workload, output, device_a
 """
+
 
 PRECISION_SQL = f"""
 SELECT policy, dtype, output, count(*)::VARCHAR AS checks,
@@ -166,24 +278,26 @@ ORDER BY mode, policy, {dtype_order()}, n_cards, batch_size, device, timing
 """
 
 
-def build_report(con: duckdb.DuckDBPyConnection, run_id: str) -> Report:
-    status, facts = _run_facts(con, run_id)
+def build_report(con: duckdb.DuckDBPyConnection, run_id: str, results: Path) -> Report:
+    """`con` from `connect(results, staged=True)`, so a run that has not finished shows its finished units."""
+    record = run_record(con, run_id)
     checks = _rows(con, "SELECT * FROM checks WHERE run_id = $run_id", run_id)
-    sections = [
-        _verdict_section(checks),
-        Section(
-            "Failed checks (FAIL gates the run; a finding does not)", _rows(con, FAILED_SQL, run_id), "every check passed"
-        ),
-        _card_properties_section(checks),
-        Section(
-            "Is the port right: the head's error against the float64 golden, over the CPU's own in that dtype",
-            _rows(con, PRECISION_SQL, run_id),
-            "no cpu_reference checks of logits or mu",
-        ),
-        Section("Benchmarks", _rows(con, BENCH_SQL, run_id), "no bench rows for this run"),
-    ]
-    n_failed = sum(1 for r in checks.select(["gating", "passed"]).to_pylist() if r["gating"] and not r["passed"])
-    return Report(run_id, status, facts, sections, checks.num_rows, n_failed)
+    bench = _rows(con, "SELECT * FROM bench WHERE run_id = $run_id", run_id).to_pylist()
+    sections = [_verdict_section(checks)] if checks.num_rows else []
+    if any(k != CheckKind.BENCH_AUDIT for k in checks.column("kind").to_pylist()):
+        sections += [
+            Section("Failed checks (these gate the run)", _rows(con, _not_passed_sql(True), run_id), "none failed"),
+            Section("Findings (reported, not gating)", _rows(con, _not_passed_sql(False), run_id), "none"),
+            _card_properties_section(checks),
+            Section(
+                "Is the port right: the head's error against the float64 golden, over the CPU's own in that dtype",
+                _rows(con, PRECISION_SQL, run_id),
+                "no cpu_reference checks of the policy's head",
+            ),
+        ]
+    if bench:
+        sections.append(Section("Benchmarks", _rows(con, BENCH_SQL, run_id), "no bench rows"))
+    return Report(run_id, results, record, checks, bench, sections)
 
 
 def _cell(value: object) -> str:
@@ -207,255 +321,10 @@ def print_sections(sections: list[Section], out: TextIO) -> None:
         print(text_table(section.table) if section.table.num_rows else f"  ({section.empty_note})", file=out)
 
 
-def headline(report: Report) -> str:
-    return (
-        f"run {report.run_id}: {report.verdict} (status {report.status}; {report.n_checks} checks, {report.n_failed} failed)"
-    )
-
-
 def print_report(report: Report, out: TextIO) -> None:
-    print(headline(report), file=out)
-    for key, value in report.facts:
+    print(report.headline(), file=out)
+    if report.next_step():
+        print(f"  {report.next_step()}", file=out)
+    for key, value in report.facts():
         print(f"  {key + ':':<17} {value}", file=out)
     print_sections(report.sections, out)
-
-
-# ---- plots -------------------------------------------------------------------------------------
-
-
-def _new_axes(title: str, xlabel: str, ylabel: str) -> tuple[Figure, Axes]:
-    # A bare Figure on the Agg canvas: no pyplot global state, no display needed.
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(7.5, 4.5), layout="constrained")
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot()
-    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    ax.grid(True, which="both", alpha=0.3)
-    return fig, ax
-
-
-def _throughput_rows(con: duckdb.DuckDBPyConnection, run_id: str) -> list[dict[str, Any]]:
-    # One aggregate row per card count is expected; max() keeps it if per-card rows sit beside it.
-    return _rows(
-        con,
-        f"""
-        SELECT policy, dtype, batch_size, timing, n_cards, max(decisions_per_s) AS dps, any_value(ci_low) AS low,
-               any_value(ci_high) AS high, any_value(scaling_efficiency) AS efficiency,
-               any_value(scaling_ci_low) AS efficiency_low, any_value(scaling_ci_high) AS efficiency_high,
-               bool_and(coalesce(valid, false)) AS valid
-        FROM bench WHERE run_id = $run_id AND mode = 'throughput' AND decisions_per_s > 0
-        GROUP BY policy, dtype, batch_size, timing, n_cards ORDER BY policy, {dtype_order()}, batch_size, timing, n_cards""",
-        run_id,
-    ).to_pylist()
-
-
-def _with_intervals(
-    ax: Axes, x: np.ndarray, points: list[dict[str, Any]], value: str, low: str, high: str, color: str
-) -> None:
-    """Points with their 95% intervals as error bars; an invalid row's point is hollow (not a result)."""
-    y = np.array([p[value] for p in points], dtype=float)
-    below = np.array([0.0 if p[low] is None else p[value] - p[low] for p in points])
-    above = np.array([0.0 if p[high] is None else p[high] - p[value] for p in points])
-    ax.errorbar(x, y, yerr=[below, above], fmt="none", ecolor=color, capsize=4, alpha=0.8)
-    valid = np.array([bool(p["valid"]) for p in points])
-    ax.plot(x[valid], y[valid], "o", color=color)
-    ax.plot(x[~valid], y[~valid], "o", markerfacecolor="none", color=color)
-
-
-def _plot_throughput(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
-    rows = _throughput_rows(con, run_id)
-    if not rows:
-        return "no bench rows with mode throughput in this run"
-    fig, ax = _new_axes("Decisions per second against cards (95% intervals; hollow: invalid)", "cards", "decisions/s")
-    for i, (key, points) in enumerate(_series(rows, ("policy", "dtype", "batch_size", "timing")).items()):
-        cards = np.array([p["n_cards"] for p in points])
-        dps = np.array([p["dps"] for p in points])
-        color = f"C{i % 10}"
-        ax.plot(cards, dps, "-", color=color, label=f"{key[0]} {key[1]} batch {key[2]} ({key[3]})")
-        _with_intervals(ax, cards, points, "dps", "low", "high", color)
-        # Ideal: the smallest configuration's per-card rate, times the cards.
-        ax.plot(cards, dps[0] / cards[0] * cards, "--", color=color, alpha=0.6)
-    ax.plot([], [], "k--", alpha=0.6, label="ideal (linear)")
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
-    fig.savefig(path, dpi=100)
-    return ""
-
-
-def _plot_scaling(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
-    rows = [r for r in _throughput_rows(con, run_id) if r["efficiency"] is not None]
-    if not rows:
-        return "no bench rows with a scaling efficiency in this run"
-    fig, ax = _new_axes("Scaling efficiency against cards (95% intervals; hollow: invalid)", "cards", "tput(k) / (k tput(1))")
-    series = _series(rows, ("policy", "dtype", "batch_size", "timing"))
-    for i, (key, points) in enumerate(series.items()):
-        # Each series a little to the side of the others, so that their intervals can be told apart.
-        cards = np.array([p["n_cards"] for p in points]) + 0.04 * (i - (len(series) - 1) / 2)
-        color = f"C{i % 10}"
-        ax.plot(cards, [p["efficiency"] for p in points], "-", color=color, label=f"{key[0]} {key[1]} batch {key[2]}")
-        _with_intervals(ax, cards, points, "efficiency", "efficiency_low", "efficiency_high", color)
-    ax.axhline(1.0, color="C3", linestyle="--", label="the limit: k cards do at most k times one card's work")
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize="small")
-    fig.savefig(path, dpi=100)
-    return ""
-
-
-def _plot_latency(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
-    # The worst card at each point: the number a port is signed off on.
-    rows = _rows(
-        con,
-        f"""
-        SELECT policy, dtype, timing, batch_size, max(p50_ms) AS p50, max(p95_ms) AS p95, max(p99_ms) AS p99
-        FROM bench WHERE run_id = $run_id AND mode = 'latency' AND p50_ms IS NOT NULL
-        GROUP BY policy, dtype, timing, batch_size ORDER BY policy, {dtype_order()}, timing, batch_size""",
-        run_id,
-    ).to_pylist()
-    if not rows:
-        return "no bench rows with mode latency in this run"
-    fig, ax = _new_axes("Latency percentiles against batch size (worst card)", "batch size", "ms")
-    styles = {"p50": "-", "p95": "--", "p99": ":"}
-    for i, (key, points) in enumerate(_series(rows, ("policy", "dtype", "timing")).items()):
-        batch = [p["batch_size"] for p in points]
-        for pct, style in styles.items():
-            ax.plot(
-                batch,
-                [p[pct] for p in points],
-                style,
-                marker="o",
-                color=f"C{i % 10}",
-                label=f"{key[0]} {key[1]} ({key[2]})" if pct == "p50" else None,
-            )
-    for pct, style in styles.items():
-        ax.plot([], [], style, color="k", label=pct)
-    ax.set_xscale("log", base=2)
-    sizes = sorted({r["batch_size"] for r in rows})
-    ax.set_xticks(sizes, [str(b) for b in sizes])
-    ax.set_yscale("log")
-    ax.legend(fontsize="small")
-    fig.savefig(path, dpi=100)
-    return ""
-
-
-def _plot_errors(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
-    rows = _rows(
-        con,
-        f"""
-        SELECT dtype, error_ratio, ratio_limit FROM checks
-        WHERE run_id = $run_id AND kind = '{CheckKind.CPU_REFERENCE}' AND isfinite(error_ratio)
-        ORDER BY {dtype_order()}""",
-        run_id,
-    ).to_pylist()
-    if not any(r["error_ratio"] > 0 for r in rows):
-        return "no card-vs-golden error to draw on a log scale" + (" (every card matched the golden exactly)" if rows else "")
-    fig, ax = _new_axes("Is the port right: error_ratio per check, against its limit", "dtype", "error_ratio (log)")
-    labels = []
-    for x, (key, points) in enumerate(_series(rows, ("dtype",)).items()):
-        ratios = np.array([p["error_ratio"] for p in points])
-        positive = ratios[ratios > 0]
-        # Exact matches have no place on a log axis: they are counted in the label instead.
-        labels.append(f"{key[0]}\n{len(ratios) - len(positive)} of {len(ratios)} exact")
-        if positive.size:
-            ax.boxplot(positive, positions=[x], widths=0.5, showfliers=False)
-            ax.plot(x + np.linspace(-0.15, 0.15, positive.size), positive, "o", alpha=0.6, color=f"C{x % 10}")
-        for limit in sorted({p["ratio_limit"] for p in points}):
-            ax.hlines(limit, x - 0.4, x + 0.4, colors="C3", linestyles="--")
-    ax.plot([], [], "--", color="C3", label="limit (by elements)")
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(labels)), labels)
-    ax.legend(fontsize="small")
-    fig.savefig(path, dpi=100)
-    return ""
-
-
-def _series(rows: list[dict[str, Any]], key: tuple[str, ...]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
-    """Rows grouped by `key`, in the order the (sorted) rows come."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row[k] for k in key), []).append(row)
-    return groups
-
-
-PLOTS: list[tuple[str, str, Callable[[duckdb.DuckDBPyConnection, str, Path], str]]] = [
-    ("Decisions/s against cards", "throughput.png", _plot_throughput),
-    ("Scaling efficiency against cards", "scaling.png", _plot_scaling),
-    ("Latency against batch size", "latency.png", _plot_latency),
-    ("Card against the golden: error_ratio per dtype", "errors.png", _plot_errors),
-]
-
-
-def draw_plots(con: duckdb.DuckDBPyConnection, run_id: str, out_dir: Path) -> list[Plot]:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    plots = []
-    for title, file, draw in PLOTS:
-        path = out_dir / file
-        path.unlink(missing_ok=True)  # never leave an older run's plot beside this run's page
-        plots.append(Plot(title, file, draw(con, run_id, path)))
-    return plots
-
-
-# ---- HTML --------------------------------------------------------------------------------------
-
-STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f0f0f0; }
-td.fail, h1.fail { color: #b00020; font-weight: bold; }
-td.pass, h1.pass { color: #1b5e20; }
-table.facts th { background: none; border: none; }
-table.facts td { border: none; }
-.note { color: #666; font-style: italic; }
-img { max-width: 100%; border: 1px solid #ddd; }
-"""
-
-
-def html_table(table: pa.Table) -> str:
-    head = "".join(f"<th>{html.escape(n)}</th>" for n in table.column_names)
-    body = []
-    for row in table.to_pylist():
-        cells = []
-        for value in map(_cell, row.values()):
-            cls = ' class="fail"' if value.startswith("FAIL") else ' class="pass"' if value == "PASS" else ""
-            cells.append(f"<td{cls}>{html.escape(value)}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-def write_html(report: Report, plots: list[Plot], out_dir: Path) -> Path:
-    """One self-contained page: inline style, images referenced beside it, nothing from the network."""
-    verdict = "fail" if report.failed else "pass"
-    facts = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in report.facts)
-    parts = [
-        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>harness report '
-        f"{html.escape(report.run_id)}</title>",
-        f"<style>{STYLE}</style></head><body>",
-        f'<h1 class="{verdict}">{html.escape(headline(report))}</h1>',
-        f'<table class="facts">{facts}</table>',
-    ]
-    for section in report.sections:
-        parts.append(f"<h2>{html.escape(section.title)}</h2>")
-        parts.append(
-            html_table(section.table) if section.table.num_rows else f'<p class="note">{html.escape(section.empty_note)}</p>'
-        )
-    parts.append("<h2>Plots</h2>")
-    for plot in plots:
-        if plot.note:
-            parts.append(f'<h3>{html.escape(plot.title)}</h3><p class="note">skipped: {html.escape(plot.note)}</p>')
-        else:
-            parts.append(
-                f'<figure><img src="{html.escape(plot.file)}" '
-                f'alt="{html.escape(plot.title)}"><figcaption>{html.escape(plot.title)}</figcaption></figure>'
-            )
-    parts.append("</body></html>\n")
-    page = out_dir / PAGE
-    page.write_text("\n".join(parts), encoding="utf-8")
-    return page

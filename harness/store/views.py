@@ -26,7 +26,9 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from harness.errors import UsageError, first_line
+from harness.store.paths import RUN_ID, STAGING
 from harness.store.schema import PUBLISHED, SCHEMAS, TABLES
+from harness.store.writer import read_staged
 
 if TYPE_CHECKING:
     import pandas
@@ -54,6 +56,10 @@ def require_results(results: Path) -> None:
         raise UsageError(f"results folder {results} holds no results (run `harness sweep --results {results}` first)")
 
 
+# What a sweep stages per unit while it runs (harness/store/writer.py).
+STAGED_TABLES = ("checks", "episodes")
+
+
 def _dataset(results: Path, name: str, withheld: frozenset[str] = frozenset()) -> ds.Dataset:
     """A table's committed files as one dataset with the view's columns, `run_id` from the folder name.
 
@@ -71,8 +77,25 @@ def _dataset(results: Path, name: str, withheld: frozenset[str] = frozenset()) -
     )
 
 
-def connect(results: str | Path = "results") -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`, locked."""
+def staged_units(results: Path, name: str) -> pa.Table:
+    """The `checks` or `episodes` rows of the units that runs which have not finished have done
+    so far (their staging, harness/store/writer.py), with the view's columns. A run whose files
+    are committed is left out, should its staging still be there."""
+    committed = {p.parent.name.removeprefix("run_id=") for p in parquet_files(results, name)}
+    parts = []
+    for folder in sorted((results / STAGING).glob("*")):
+        if folder.is_dir() and RUN_ID.fullmatch(folder.name) and folder.name not in committed:
+            checks, episodes = read_staged(folder)
+            rows = checks if name == "checks" else episodes
+            parts.append(rows.add_column(0, "run_id", pa.array([folder.name] * rows.num_rows, pa.string())))
+    return pa.concat_tables(parts) if parts else table_schema(name).empty_table()
+
+
+def connect(results: str | Path = "results", staged: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the views `runs`, `checks`, `episodes`, `bench`, locked.
+
+    With `staged`, `checks` and `episodes` also hold the units done so far by runs that have not
+    finished (`harness report` of such a run); `harness query` sees only what is committed."""
     results = Path(results)
     con = duckdb.connect()
     runs = _runs_now(results)
@@ -81,7 +104,11 @@ def connect(results: str | Path = "results") -> duckdb.DuckDBPyConnection:
     )
     for name in TABLES:
         con.register(f"_{name}", runs if name == "runs" else _dataset(results, name, withheld))
-        con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name}")
+        if staged and name in STAGED_TABLES:
+            con.register(f"_staged_{name}", staged_units(results, name))
+            con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name} UNION ALL BY NAME SELECT * FROM _staged_{name}")
+        else:
+            con.sql(f"CREATE VIEW {name} AS SELECT * FROM _{name}")
     _lock(con)
     return con
 

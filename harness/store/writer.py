@@ -99,6 +99,23 @@ def read_run(results: Path, run_id: str) -> list[dict[str, Any]]:
     return pq.read_table(table_dir(results, "runs", run_id) / "part-0.parquet", schema=SCHEMAS["runs"]).to_pylist()
 
 
+def done_units(staging: Path) -> set[str]:
+    """The units a run has staged whole (their marker written last)."""
+    if not staging.is_dir():
+        return set()
+    return {p.name.removesuffix(".done") for p in staging.glob("*.done")}
+
+
+def read_staged(staging: Path) -> tuple[pa.Table, pa.Table]:
+    """The checks and episodes of the units a run has staged so far."""
+    merged = []
+    for table in ("checks", "episodes"):
+        files = [staging / f"{u}.{table}.parquet" for u in sorted(done_units(staging))]
+        parts = [pq.read_table(f, schema=SCHEMAS[table]) for f in files if f.exists()]
+        merged.append(pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table())
+    return merged[0], merged[1]
+
+
 class RunWriter:
     """Stages a run's work, then publishes one file per table and its final `runs` row."""
 
@@ -148,19 +165,10 @@ class RunWriter:
             raise
 
     def done_units(self) -> set[str]:
-        if not self.staging.is_dir():
-            return set()
-        return {p.name.removesuffix(".done") for p in self.staging.glob("*.done")}
+        return done_units(self.staging)
 
     def staged(self) -> tuple[pa.Table, pa.Table]:
-        """The checks and episodes of the units done so far."""
-        done = sorted(self.done_units())
-        merged = []
-        for table in ("checks", "episodes"):
-            files = [self.staging / f"{u}.{table}.parquet" for u in done]
-            parts = [pq.read_table(f, schema=SCHEMAS[table]) for f in files if f.exists()]
-            merged.append(pa.concat_tables(parts) if parts else SCHEMAS[table].empty_table())
-        return merged[0], merged[1]
+        return read_staged(self.staging)
 
     def publish(self, tables: dict[str, pa.Table], row: RunRow) -> None:
         """Each table's file, written whole into the staging and then moved into place; then the
