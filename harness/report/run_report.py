@@ -19,7 +19,9 @@ import pyarrow as pa
 
 from harness.dtypes import LABEL_ORDER
 from harness.judge.kinds import CheckKind
-from harness.report.summary import batch_invariance_lines, summarize
+from harness.judge.returns import Outcome
+from harness.judge.verdicts import HONEST
+from harness.report.summary import batch_invariance_lines, short_name, summarize
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -58,6 +60,8 @@ class Report:
     sections: list[Section]
     n_checks: int
     n_failed: int
+    n_inconclusive: int = 0
+    """Closed-loop verdicts their episodes could not decide, not gating: never a pass."""
 
     @property
     def failed(self) -> bool:
@@ -151,6 +155,36 @@ WHERE run_id = $run_id AND kind = '{CheckKind.CPU_REFERENCE}' AND output IN {HEA
 GROUP BY policy, dtype, output ORDER BY policy, {dtype_order()}
 """
 
+CLOSED_LOOP_SQL = f"""
+WITH parting AS (
+    SELECT policy, dtype, mode, batching, device, count(*) AS n, count(first_divergent_step) AS parted,
+           median(first_divergent_step) AS median_step
+    FROM episodes WHERE run_id = $run_id GROUP BY ALL
+), rows AS (
+    SELECT *, split_part(workload, '-', 2) AS mode, split_part(workload, '-', -1) AS batching
+    FROM checks WHERE run_id = $run_id AND kind IN ('{CheckKind.EPISODE_RETURN}', '{CheckKind.PUBLISHED_RETURN}')
+)
+SELECT c.policy, c.dtype, c.mode, c.device_a || ' vs ' || c.device_b AS devices, c.n_elements::VARCHAR AS episodes,
+       printf('%.4g [%.4g, %.4g]', c.return_a, c.return_a_low, c.return_a_high) AS "mean (95%)",
+       printf('%.4g [%.4g, %.4g]', c.iqm_a, c.iqm_a_low, c.iqm_a_high) AS "IQM (95%)",
+       printf('%.4g [%.4g, %.4g]', c.return_b, c.return_b_low, c.return_b_high) AS "its reference's mean (95%)",
+       CASE WHEN c.iqm_b IS NULL THEN '' ELSE printf('%.4g [%.4g, %.4g]', c.iqm_b, c.iqm_b_low, c.iqm_b_high) END
+           AS "its reference's IQM (95%)",
+       printf('%.4g [%.4g, %.4g]', c.return_diff, c.return_diff_low, c.return_diff_high) AS "difference (95%)",
+       printf('%.4g', -c.return_margin) AS "-margin",
+       upper(c.outcome)
+           || CASE WHEN c.episodes_needed IS NULL THEN '' ELSE ' (about ' || c.episodes_needed || ' episodes decide)' END
+           AS verdict,
+       CASE WHEN p.n IS NULL THEN '' ELSE p.parted || ' of ' || p.n
+           || coalesce(' (median step ' || p.median_step || ')', '') END AS "card parts from the CPU",
+       CASE WHEN h.n IS NULL THEN '' ELSE h.parted || ' of ' || h.n
+           || coalesce(' (median step ' || h.median_step || ')', '') END AS "an honest port parts"
+FROM rows c
+LEFT JOIN parting p ON (p.policy, p.dtype, p.mode, p.batching, p.device) = (c.policy, c.dtype, c.mode, c.batching, c.device_a)
+LEFT JOIN parting h ON (h.policy, h.dtype, h.mode, h.batching, h.device) = (c.policy, c.dtype, c.mode, c.batching, '{HONEST}')
+ORDER BY c.policy, {dtype_order("c.dtype")}, c.mode, c.kind, c.device_a
+"""
+
 BENCH_SQL = f"""
 SELECT mode, policy, dtype, device, n_cards::VARCHAR AS cards, batch_size::VARCHAR AS batch, timing,
        printf('%.3g', first_call_ms) AS "first call ms", printf('%.3g', p50_ms) AS "p50 ms",
@@ -180,10 +214,20 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str) -> Report:
             _rows(con, PRECISION_SQL, run_id),
             "no cpu_reference checks of logits or mu",
         ),
+        Section(
+            "Closed loop: returns as distributions (mean and IQM with 95% intervals), the paired difference against "
+            "the margin (PASS above it, FAIL below, INCONCLUSIVE across), and where trajectories part from the CPU's "
+            "next to where an honest port's do",
+            _rows(con, CLOSED_LOOP_SQL, run_id),
+            "no closed-loop verdicts in this run",
+        ),
         Section("Benchmarks", _rows(con, BENCH_SQL, run_id), "no bench rows for this run"),
     ]
     n_failed = sum(1 for r in checks.select(["gating", "passed"]).to_pylist() if r["gating"] and not r["passed"])
-    return Report(run_id, status, facts, sections, checks.num_rows, n_failed)
+    n_inconclusive = sum(
+        1 for r in checks.select(["outcome", "gating"]).to_pylist() if r["outcome"] == Outcome.INCONCLUSIVE and not r["gating"]
+    )
+    return Report(run_id, status, facts, sections, checks.num_rows, n_failed, n_inconclusive)
 
 
 def _cell(value: object) -> str:
@@ -208,8 +252,10 @@ def print_sections(sections: list[Section], out: TextIO) -> None:
 
 
 def headline(report: Report) -> str:
+    undecided = f", {report.n_inconclusive} inconclusive" if report.n_inconclusive else ""
     return (
-        f"run {report.run_id}: {report.verdict} (status {report.status}; {report.n_checks} checks, {report.n_failed} failed)"
+        f"run {report.run_id}: {report.verdict} (status {report.status}; {report.n_checks} checks, {report.n_failed} failed"
+        f"{undecided})"
     )
 
 
@@ -376,6 +422,46 @@ def _plot_errors(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str
     return ""
 
 
+def _plot_returns(con: duckdb.DuckDBPyConnection, run_id: str, path: Path) -> str:
+    """Each mode's returns per device, every episode a dot, with the mean and its 95% interval."""
+    episodes = _rows(
+        con,
+        f"""
+        SELECT DISTINCT policy, dtype, mode, batching, device, episode_seed, episode_return FROM episodes
+        WHERE run_id = $run_id AND device <> '{HONEST}' ORDER BY policy, {dtype_order()}, mode, device, episode_seed""",
+        run_id,
+    ).to_pylist()
+    verdicts = _rows(
+        con,
+        f"""
+        SELECT policy, dtype, split_part(workload, '-', 2) AS mode, split_part(workload, '-', -1) AS batching, device_a,
+               return_a, return_a_low, return_a_high, return_b, return_b_low, return_b_high, outcome
+        FROM checks WHERE run_id = $run_id AND kind = '{CheckKind.EPISODE_RETURN}'""",
+        run_id,
+    ).to_pylist()
+    if not verdicts:
+        return "no closed-loop verdicts in this run"
+    intervals: dict[tuple[Any, ...], tuple[float, float, float, str]] = {}
+    for v in verdicts:
+        mode = (v["policy"], v["dtype"], v["mode"], v["batching"])
+        intervals[(*mode, v["device_a"])] = (v["return_a"], v["return_a_low"], v["return_a_high"], v["outcome"])
+        intervals[(*mode, "cpu")] = (v["return_b"], v["return_b_low"], v["return_b_high"], "")
+    fig, ax = _new_axes("Returns per device (dots: episodes; bars: mean and 95% interval)", "", "episode return")
+    labels = []
+    for x, (key, points) in enumerate(_series(episodes, ("policy", "dtype", "mode", "batching", "device")).items()):
+        returns = np.array([p["episode_return"] for p in points], dtype=float)
+        color = "k" if key[4] == "cpu" else f"C{x % 10}"
+        ax.plot(x + np.linspace(-0.2, 0.2, returns.size), returns, ".", alpha=0.35, color=color)
+        if key in intervals:
+            value, low, high, outcome = intervals[key]
+            ax.errorbar([x], [value], yerr=[[value - low], [high - value]], fmt="o", color=color, capsize=6)
+        outcome = intervals.get(key, (0, 0, 0, ""))[3]
+        labels.append(f"{short_name(key[0])} {key[1]}\n{key[2][:5]}. {key[4]}" + (f"\n{outcome.upper()}" if outcome else ""))
+    ax.set_xticks(range(len(labels)), labels, fontsize="x-small", rotation=90)
+    fig.savefig(path, dpi=100)
+    return ""
+
+
 def _series(rows: list[dict[str, Any]], key: tuple[str, ...]) -> dict[tuple[Any, ...], list[dict[str, Any]]]:
     """Rows grouped by `key`, in the order the (sorted) rows come."""
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
@@ -389,6 +475,7 @@ PLOTS: list[tuple[str, str, Callable[[duckdb.DuckDBPyConnection, str, Path], str
     ("Scaling efficiency against cards", "scaling.png", _plot_scaling),
     ("Latency against batch size", "latency.png", _plot_latency),
     ("Card against the golden: error_ratio per dtype", "errors.png", _plot_errors),
+    ("Closed-loop returns per device, with the mean's 95% interval", "returns.png", _plot_returns),
 ]
 
 

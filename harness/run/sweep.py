@@ -31,13 +31,15 @@ from harness.report.summary import print_summary
 from harness.run.budget import check_cards, check_memory, estimate, expected_cards
 from harness.run.dispatch import SharedRefs, check_row, judge, submit
 from harness.run.gather import RunIncomplete, Watch, gather
-from harness.run.layer_search import localize_failures
+from harness.run.layer_search import localize_failures, localize_overflow
 from harness.run.lifecycle import Phases, claim_run_id, finish_run_row, ray_cluster
 from harness.run.options import SweepConfig, parse_tolerances, ratio_limits, validate
 from harness.run.place import Placement, cluster_address, dashboard_url, describe_actors, place_sweep
-from harness.run.plan import BatchWork, Unit, load_policies, plan_inputs, plan_units
+from harness.run.closed_loop import ClosedLoop
+from harness.run.plan import BatchWork, EpisodeWork, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
+from harness.store.schema import CheckRow
 from harness.store.writer import RunWriter, read_run
 
 
@@ -83,6 +85,8 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
             units = plan_units(config, policies, inputs, dtype_labels(config.dtypes, cards))
             done = writer.done_units()
             todo = [u for u in units if u.unit_id not in done]
+            closed = ClosedLoop(config, policies)
+            _add_staged(closed, writer, [u for u in units if u.unit_id in done])
         run_row = new_run_row(
             started_at=started,
             status="running",
@@ -98,7 +102,17 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         watch = Watch(placement, [*cards, reference], config.hang_timeout)
         summary: dict[str, object] = {"units": len(units), "resumed_units": len(units) - len(todo)}
         try:
-            summary |= _fan_out_and_judge(config, placement, watch, policies, todo, writer, phases)
+            summary |= _fan_out_and_judge(config, placement, watch, policies, todo, writer, phases, closed)
+            while rounds := closed.next_round():
+                summary["units"] = int(str(summary["units"])) + len(rounds)
+                _add_staged(closed, writer, [u for u in rounds if u.unit_id in done])
+                more = _fan_out_and_judge(
+                    config, placement, watch, policies, [u for u in rounds if u.unit_id not in done], writer, phases, closed
+                )
+                summary = _merged(summary, more)
+            with phases("judge"):
+                _stage_verdicts(closed, writer, done)
+            summary["closed_loop"] = closed.describe()
             asked = watch.follow(watch.reference, [placement.reference.compute_seconds.remote()], "its compute times")
             [reference_s] = watch.get(asked)
             replacements = watch.replacements()
@@ -124,7 +138,8 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         }
         run_row.devices = json.dumps([*cards, reference, *replacements])
         writer.write_run(finish_run_row(run_row, status, summary, phases))
-    print_summary(checks, run_id, status, sys.stdout, unplayed, renames, watch.events)
+    notes = [*watch.events, *([closed.describe()] if closed.auto else [])]
+    print_summary(checks, run_id, status, sys.stdout, unplayed, renames, notes)
     return SweepOutcome(run_id, passed, status, table_dir(results, "checks", run_id), phases, reference_s)
 
 
@@ -189,6 +204,39 @@ def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
         raise UsageError(f"--resume {run_id}: its stored configuration no longer validates: {exc}") from None
 
 
+def _add_staged(closed: ClosedLoop, writer: RunWriter, done: list[Unit]) -> None:
+    """Episode units a resumed run staged before: their rows, as the closed loop had them."""
+    for unit in done:
+        if isinstance(unit.work, EpisodeWork):
+            closed.add(unit, writer.staged_episodes(unit.unit_id))
+
+
+def _stage_verdicts(closed: ClosedLoop, writer: RunWriter, done: set[str]) -> None:
+    """The closed-loop verdicts, judged on every round of each mode; the cards' checks of a mode
+    are staged together, as one unit."""
+    units: dict[str, list[CheckRow]] = {}
+    for verdict in closed.verdicts():
+        row = check_row(
+            verdict.check,
+            unit_id=verdict.unit_id,
+            policy=verdict.policy,
+            dtype=verdict.dtype,
+            workload=verdict.workload,
+            input_sha256=verdict.input_sha256,
+        )
+        units.setdefault(verdict.unit_id, []).append(row)
+    for unit_id, rows in units.items():
+        if unit_id not in done:
+            writer.stage_unit(unit_id, rows, [])
+
+
+def _merged(summary: dict[str, object], more: dict[str, object]) -> dict[str, object]:
+    """A summary with a further round's: the cards that produced nothing, the units sent again."""
+    dead = sorted({*summary.get("dead_cards", []), *more.get("dead_cards", [])})  # type: ignore[misc]
+    resent = int(str(summary.get("resent_units", 0))) + int(str(more.get("resent_units", 0)))
+    return summary | {"dead_cards": dead, "resent_units": resent}
+
+
 def _fan_out_and_judge(
     config: SweepConfig,
     placement: Placement,
@@ -197,6 +245,7 @@ def _fan_out_and_judge(
     units: list[Unit],
     writer: RunWriter,
     phases: Phases,
+    closed: ClosedLoop,
 ) -> dict[str, object]:
     """Send every unit to every actor at once, then judge units in order as results arrive; a
     unit's ObjectRefs are let go once it is gathered. A unit whose results came from two nodes
@@ -209,6 +258,7 @@ def _fan_out_and_judge(
     dead: set[str] = set()
     resent = 0
     layers: dict[tuple[str, str, CheckKind, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
+    overflows: dict[tuple[str, str], str] = {}  # (policy, dtype) -> where the dtype overflows, once
     bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not config.progress, file=sys.stderr)
     try:
         while pending:
@@ -226,15 +276,7 @@ def _fan_out_and_judge(
             with phases("judge"):
                 tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
                 policy = policies[unit.policy]
-                rules = Rules(
-                    unit.dtype,
-                    limits,
-                    tolerance,
-                    user_set,
-                    policy.bounded_outputs(),
-                    published_gates=config.require_published_return,
-                    scores=head_name(policy),
-                )
+                rules = Rules(unit.dtype, limits, tolerance, user_set, policy.bounded_outputs(), scores=head_name(policy))
                 checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
                 rows = [
                     check_row(
@@ -249,8 +291,11 @@ def _fan_out_and_judge(
                 ]
                 if isinstance(unit.work, BatchWork):
                     localize_failures(placement, watch, policy, unit, rows, rules, layers)
+                    localize_overflow(placement, watch, policy, unit, rows, overflows)
             with phases("write"):
                 writer.stage_unit(unit.unit_id, rows, episodes)
+            if isinstance(unit.work, EpisodeWork):
+                closed.add(unit, episodes)
             bar.update(1)
     finally:
         bar.close()

@@ -94,6 +94,13 @@ class RunWriter:
             return set()
         return {p.name.removesuffix(".done") for p in self.staging.glob("*.done")}
 
+    def staged_episodes(self, unit_id: str) -> list[EpisodeRow]:
+        """The episode rows a done unit staged (none for most units)."""
+        path = self.staging / f"{unit_id}.episodes.parquet"
+        if not path.exists():
+            return []
+        return [EpisodeRow(**row) for row in pq.read_table(path, schema=SCHEMAS["episodes"]).to_pylist()]
+
     def staged(self) -> tuple[pa.Table, pa.Table]:
         """The checks and episodes of the units done so far."""
         done = sorted(self.done_units())
