@@ -125,7 +125,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
         # Keyed by the episodes: the unit of every dtype shares them.
         key = ("reference", unit.policy, episodes.input_sha256, "float32", honest)
         args = episode_args(episodes)
-        return once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *args, honest=honest))
+        return once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *args, honest))
 
     def whole_batch(batch_work: BatchWork | InvarianceWork) -> list[ray.ObjectRef]:
         obs, noise = batch_work.batch.obs, batch_work.batch.noise
