@@ -9,6 +9,7 @@ import sys
 BENCHMARKS = (
     "sweep_wall_time",
     "ratio_limits",
+    "closed_loop_rule",
     "episode_batching",
     "closed_loop_vs_sb3",
     "ray_vs_in_process",

@@ -158,14 +158,16 @@ class Decision:
     reason: str
 
 
-def decide(difference: Interval, margin: float, n: int, fixed_half_width: float = 0.0) -> Decision:
+def decide(
+    difference: Interval, margin: float, n: int, fixed_half_width: float = 0.0, min_episodes: int = MIN_EPISODES
+) -> Decision:
     """PASS, FAIL or INCONCLUSIVE for `difference` (of `n` episodes) against `-margin`.
     `fixed_half_width` is a part of the interval more episodes cannot shrink (a published mean's
-    own uncertainty)."""
+    own uncertainty); `min_episodes` other than MIN_EPISODES only to measure what it guards against."""
     shown = f"difference {difference} against -{margin:.4g}"
-    if n < MIN_EPISODES:
-        needed: int | None = max(MIN_EPISODES, _needed(difference, margin, n, fixed_half_width) or MIN_EPISODES)
-        reason = f"{n} episodes are fewer than the {MIN_EPISODES} an interval needs ({shown})"
+    if n < min_episodes:
+        needed: int | None = max(min_episodes, _needed(difference, margin, n, fixed_half_width) or min_episodes)
+        reason = f"{n} episodes are fewer than the {min_episodes} an interval needs ({shown})"
         return Decision(Outcome.INCONCLUSIVE, difference, margin, needed, reason)
     if difference.low > -margin:
         return Decision(Outcome.PASS, difference, margin, None, f"{shown}: the card loses less than the margin")

@@ -522,11 +522,12 @@ def read_toml(path: Path, config_type: type[CommonOptions]) -> dict[str, Any]:
 def _from_toml(path: Path, f: dataclasses.Field[Any], value: Any) -> Any:
     """A TOML value of the field's type; a list where the flag takes a list (or a comma string)."""
     kind, type_ = meta_of(f).kind, meta_of(f).type
-    if meta_of(f).parse is not None:
+    parse = meta_of(f).parse
+    if parse is not None:
         try:
-            return _parsed(meta_of(f), value)
-        except UsageError as exc:
-            raise UsageError(f"{path}: {f.name}: {exc}") from None
+            return parse(value)
+        except ValueError as exc:
+            raise UsageError(f"{path}: {f.name} {value!r}: {exc}") from None
     if kind in ("csv", "append"):
         if isinstance(value, str) and kind == "csv":
             return split_csv(value, type_)
