@@ -100,19 +100,21 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
         )
         writer.begin(run_row)
         watch = Watch(placement, [*cards, reference], config.hang_timeout)
-        summary: dict[str, object] = {"units": len(units), "resumed_units": len(units) - len(todo)}
+        n_units, n_resumed = len(units), len(units) - len(todo)
+        summary: dict[str, object] = {"units": n_units, "resumed_units": n_resumed}
+        dropped = Lost()
         try:
-            summary |= _fan_out_and_judge(config, placement, watch, policies, todo, writer, phases, closed)
+            _fan_out_and_judge(config, placement, watch, policies, todo, writer, phases, closed, dropped)
             while rounds := closed.next_round():
-                summary["units"] = int(str(summary["units"])) + len(rounds)
+                # --episodes auto: a further round of each undecided mode; one a resumed run staged is not run again.
                 _add_staged(closed, writer, [u for u in rounds if u.unit_id in done])
-                more = _fan_out_and_judge(
-                    config, placement, watch, policies, [u for u in rounds if u.unit_id not in done], writer, phases, closed
-                )
-                summary = _merged(summary, more)
+                more = [u for u in rounds if u.unit_id not in done]
+                n_units, n_resumed = n_units + len(rounds), n_resumed + len(rounds) - len(more)
+                summary |= {"units": n_units, "resumed_units": n_resumed}
+                _fan_out_and_judge(config, placement, watch, policies, more, writer, phases, closed, dropped)
             with phases("judge"):
                 _stage_verdicts(closed, writer, done)
-            summary["closed_loop"] = closed.describe()
+            summary |= {"dead_cards": sorted(dropped.dead), "resent_units": dropped.resent, "closed_loop": closed.describe()}
             asked = watch.follow(watch.reference, [placement.reference.compute_seconds.remote()], "its compute times")
             [reference_s] = watch.get(asked)
             replacements = watch.replacements()
@@ -120,7 +122,7 @@ def run_sweep(config: SweepConfig, command: str = "") -> SweepOutcome:
             lost = [str(loss) for loss in exc.losses]
             summary |= {"done_units": len(writer.done_units()), "events": watch.events, "lost": lost}
             writer.write_run(finish_run_row(run_row, "incomplete", summary, phases))
-            return _incomplete(config, writer, phases, [*watch.events, *(f"LOST {line}" for line in lost)], len(units))
+            return _incomplete(config, writer, phases, [*watch.events, *(f"LOST {line}" for line in lost)], n_units)
 
     with phases("write"):
         checks, _ = writer.finish()
@@ -230,11 +232,12 @@ def _stage_verdicts(closed: ClosedLoop, writer: RunWriter, done: set[str]) -> No
             writer.stage_unit(unit_id, rows, [])
 
 
-def _merged(summary: dict[str, object], more: dict[str, object]) -> dict[str, object]:
-    """A summary with a further round's: the cards that produced nothing, the units sent again."""
-    dead = sorted({*summary.get("dead_cards", []), *more.get("dead_cards", [])})  # type: ignore[misc]
-    resent = int(str(summary.get("resent_units", 0))) + int(str(more.get("resent_units", 0)))
-    return summary | {"dead_cards": dead, "resent_units": resent}
+@dataclass
+class Lost:
+    """What fanning out lost, over every round: the cards that produced nothing, the units sent again."""
+
+    dead: set[str] = field(default_factory=set)
+    resent: int = 0
 
 
 def _fan_out_and_judge(
@@ -246,17 +249,16 @@ def _fan_out_and_judge(
     writer: RunWriter,
     phases: Phases,
     closed: ClosedLoop,
-) -> dict[str, object]:
+    lost: Lost,
+) -> None:
     """Send every unit to every actor at once, then judge units in order as results arrive; a
     unit's ObjectRefs are let go once it is gathered. A unit whose results came from two nodes
-    (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. Returns what the
-    runs summary says of it: the cards that produced nothing, the units sent again."""
+    (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. What the runs
+    summary says of it goes into `lost`; each episode unit's rows into `closed`."""
     limits, user_tolerances = ratio_limits(config), parse_tolerances(config.tolerance)
     shared = SharedRefs()
     with phases("fanout"):
         pending = deque(watch.track(submit(placement, unit, shared)) for unit in units)
-    dead: set[str] = set()
-    resent = 0
     layers: dict[tuple[str, str, CheckKind, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
     overflows: dict[tuple[str, str], str] = {}  # (policy, dtype) -> where the dtype overflows, once
     bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not config.progress, file=sys.stderr)
@@ -269,10 +271,10 @@ def _fan_out_and_judge(
             shared.release(job.shared)
             if gathered is None:
                 pending.append(watch.track(submit(placement, unit, None)))
-                resent += 1
+                lost.resent += 1
                 continue
             got, errors = gathered
-            dead.update(error.device_a for error in errors)
+            lost.dead.update(error.device_a for error in errors)
             with phases("judge"):
                 tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
                 policy = policies[unit.policy]
@@ -299,4 +301,3 @@ def _fan_out_and_judge(
             bar.update(1)
     finally:
         bar.close()
-    return {"dead_cards": sorted(dead), "resent_units": resent}
