@@ -40,11 +40,11 @@ from harness.judge.verdicts import ClosedLoopRules, Paired, ReturnComparison, ju
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "closed_loop_rule"
 # Environment -> how it is made (gymnasium id and keyword arguments) and the PPO training steps.
 ENVS: dict[str, tuple[str, dict[str, Any], int]] = {
-    "LunarLander-v3": ("LunarLander-v3", {}, 60_000),
-    "LunarLanderContinuous-v3": ("LunarLander-v3", {"continuous": True}, 60_000),
-    "BipedalWalker-v3": ("BipedalWalker-v3", {}, 60_000),
-    "Pendulum-v1": ("Pendulum-v1", {}, 60_000),
-    "Acrobot-v1": ("Acrobot-v1", {}, 60_000),
+    "LunarLander-v3": ("LunarLander-v3", {}, 20_000),
+    "LunarLanderContinuous-v3": ("LunarLander-v3", {"continuous": True}, 20_000),
+    "BipedalWalker-v3": ("BipedalWalker-v3", {}, 20_000),
+    "Pendulum-v1": ("Pendulum-v1", {}, 20_000),
+    "Acrobot-v1": ("Acrobot-v1", {}, 20_000),
 }
 EPISODES = 100
 BLOCKS = (24, 100)

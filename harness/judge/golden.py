@@ -152,9 +152,11 @@ def compare_to_golden(
             )
     passed = not reasons
     if shared:
+        card_n = np.count_nonzero(card_bad)
+        mine = f"the {what} in {card_n}, all of them among those" if card_n else f"the {what} in none"
         overflow = (
             f"{dtype} overflows, not the port: the CPU in {dtype} is not finite in {np.count_nonzero(cpu_bad)} of {n} "
-            f"elements where the golden is, and the {what} in {np.count_nonzero(card_bad)}, all of them among those"
+            f"elements where the golden is, {mine}"
         )
         reasons.insert(0, overflow)
     return GoldenComparison(
