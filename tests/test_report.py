@@ -145,7 +145,7 @@ def test_html_page_with_tables_and_plots(results: Path, tmp_path: Path) -> None:
     assert any({"policy", "dtype", "check", "verdict"} <= h for h in headers)
     assert any({"error_ratio (max)", "max_ratio (max)", "verdict"} <= h for h in headers)
     assert any({"p50 ms", "decisions/s"} <= h for h in headers)
-    assert sorted(page.images) == ["errors.png", "latency.png", "scaling.png", "throughput.png"]
+    assert sorted(page.images) == ["errors.png", "latency.png", "returns.png", "scaling.png", "throughput.png"]
     for image in page.images:
         assert_png(tmp_path / image)
     # Readable offline: no scripts, nothing fetched from elsewhere.
@@ -162,7 +162,7 @@ def test_plots_without_data_are_skipped_with_a_note(results: Path, tmp_path: Pat
     assert "plot scaling.png skipped" in proc.stdout
     assert not (tmp_path / "latency.png").exists() and not (tmp_path / "throughput.png").exists()
     page = parse_page(tmp_path / "report.html")
-    assert page.images == ["errors.png"]
+    assert page.images == ["errors.png", "returns.png"]
     assert_png(tmp_path / "errors.png")
     assert "skipped: no bench rows with mode latency" in (tmp_path / "report.html").read_text()
 
