@@ -36,9 +36,16 @@ class ReferenceActor:
             self._seconds[dtype] += time.perf_counter() - start
 
     def run_episodes(
-        self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str
+        self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str, honest: bool = False
     ) -> Produced[list[EpisodeOutput]]:
-        return produced(self.runner, self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching))
+        """`honest`: replayed under the honest-card model, to see where an honest port's
+        trajectories part from these (README, "Closed-loop returns")."""
+        start = time.perf_counter()
+        try:
+            episodes = self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching, honest)
+            return produced(self.runner, episodes)
+        finally:
+            self._seconds[f"episodes {dtype}{' honest replay' if honest else ''}"] += time.perf_counter() - start
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         return self.runner.capture(key, dtype, obs)

@@ -10,6 +10,7 @@ BENCHMARKS = (
     "sweep_wall_time",
     "startup",
     "ratio_limits",
+    "closed_loop_rule",
     "episode_batching",
     "closed_loop_vs_sb3",
     "ray_vs_in_process",

@@ -274,6 +274,51 @@ def sb3_expert(folder: Path, seed: int = EXPERT_SEED) -> SB3Expert:
     return SB3Expert(expert, model)
 
 
+# The first layer's weights of `float16_overflow`, times N(0, 1): its outputs pass float16's
+# largest value (65504) on some rows of a normal batch, never float32's.
+OVERFLOW_SCALE = 3e4
+
+
+def float16_overflow(folder: Path) -> Path:
+    """A PPO MlpPolicy for CartPole-v1 (ReLU, pi [16]) whose first layer's outputs overflow
+    float16 on some rows, in its RL Zoo layout: every float16 card, and the CPU in float16, give
+    inf and NaN logits there; float32 and the float64 golden stay finite."""
+    from stable_baselines3 import PPO
+
+    folder.mkdir(parents=True, exist_ok=True)
+    kwargs = {"net_arch": [16], "activation_fn": nn.ReLU}
+    model = PPO("MlpPolicy", EXPERT_ENV, seed=0, device="cpu", policy_kwargs=kwargs)
+    redraw_weights(model)
+    with torch.no_grad():
+        model.policy.mlp_extractor.policy_net[0].weight.mul_(OVERFLOW_SCALE)
+    model.save(folder / EXPERT_ZIP)
+    write_zoo_files(folder, EXPERT_ENV)
+    return folder / EXPERT_ZIP
+
+
+def near_tie_cartpole(folder: Path) -> Path:
+    """A PPO MlpPolicy for CartPole-v1 (Tanh, pi [16]) whose two logits are one ULP apart in every
+    weight of the head: every deterministic decision is a near-tie that rounding decides, so a card
+    that rounds otherwise (`ulp-noise`, one weight one ULP off) plays other episodes from the first
+    steps, and its returns are another draw of the same distribution, as in a chaotic environment.
+    A few episodes take milliseconds (the pole falls within tens of steps). In its RL Zoo layout."""
+    from stable_baselines3 import PPO
+
+    folder.mkdir(parents=True, exist_ok=True)
+    model = PPO("MlpPolicy", EXPERT_ENV, seed=0, device="cpu", policy_kwargs={"net_arch": [16]})
+    redraw_weights(model)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        head = model.policy.action_net
+        up = torch.randint(0, 2, head.weight[0].shape, generator=gen).bool()
+        above, below = (torch.nextafter(head.weight[0], torch.tensor(x)) for x in (np.inf, -np.inf))
+        head.weight[1] = torch.where(up, above, below)
+        head.bias[1] = head.bias[0]
+    model.save(folder / EXPERT_ZIP)
+    write_zoo_files(folder, EXPERT_ENV)
+    return folder / EXPERT_ZIP
+
+
 def sb3_head(model: Any, obs: torch.Tensor) -> torch.Tensor:
     """What SB3 itself computes for `obs`: action_net(mlp_extractor.forward_actor(features))."""
     policy = model.policy

@@ -204,7 +204,7 @@ def test_config_file_is_read_by_both_commands_and_flags_win(tmp_path: Path) -> N
     ("text", "expected"),
     [
         ("colour = 'blue'\n", "unknown keys colour"),
-        ("episodes = 'many'\n", "episodes must be a int"),
+        ("episodes = 'many'\n", "episodes 'many': expected a count of episodes (0 or more) or auto"),
         ("policies = 'cartpole'\n", "policies must be a list of str"),
         ("progress = 1\n", "progress must be a bool"),
         ("episodes = \n", "not valid TOML"),

@@ -63,7 +63,8 @@ def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_re
             case InvarianceWork():
                 assert len(job.cards) == 2 and len(job.inside) == 2 and not job.references
             case EpisodeWork():
-                assert len(job.cards) == 2 and set(job.references) == {Role.FLOAT32}
+                # The CPU float32's episodes, and its replay of them as an honest port.
+                assert len(job.cards) == 2 and set(job.references) == {Role.FLOAT32, Role.HONEST}
             case LoaderWork():
                 raise AssertionError("cartpole is no ONNX policy")
     # The golden and float32 of a batch are computed once for both dtypes; each card runs each
@@ -73,6 +74,9 @@ def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_re
     assert len(golden) == 1 and calls[golden[0]] == n_batches
     card_batches = sum(n for k, n in calls.items() if k[:2] == ("card0", "run_batch"))
     assert card_batches == by_kind["BatchWork"] + by_kind["InvarianceWork"]  # the batch runs, and the rows alone
+    # Each mode's CPU episodes and their honest replay, once for both dtypes.
+    replays = Counter(k[-1] for k, n in calls.items() if k[:2] == ("reference", "run_episodes") for _ in range(n))
+    assert replays == {False: 2, True: 2}
     assert len(shared) > 0
     for job in jobs:
         shared.release(job.shared)

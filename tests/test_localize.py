@@ -4,6 +4,7 @@ that was broken, identical runs name none, drift and NaN are reported without a 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,10 +13,18 @@ import torch
 from harness.inference.capture import capture_activations, layer_modules, leaf_layers
 from harness.inference.faults import corrupt_first_layer, perturb_one_weight
 from harness.judge.golden import RatioLimits
-from harness.judge.localize import DIVERGENT, OFF_GOLDEN, first_divergent_layer, first_layer_off_golden, named_layer
+from harness.judge.localize import (
+    DIVERGENT,
+    OFF_GOLDEN,
+    first_divergent_layer,
+    first_layer_off_golden,
+    first_overflow_layer,
+    named_layer,
+)
 from harness.policies import GOLDEN, PolicyNet, cast_policy, load_policy
 from harness.policies.matmul_precision import reduce_float32_matmuls
 from harness.workloads import make_batch
+from tests import builders
 
 POLICIES = ["cartpole", "huggy-arch"]
 
@@ -167,6 +176,17 @@ def test_nan_on_one_card_only_is_a_bitwise_divergence() -> None:
     assert div is not None
     assert (div.layer, div.index) == ("body.1", (1, 2))
     assert "(nan)" in div.describe()
+
+
+def test_the_layer_where_a_dtype_overflows_is_named(tmp_path: Path) -> None:
+    policy = load_policy(str(builders.float16_overflow(tmp_path)))
+    obs = observations(policy)
+    acts = capture_activations(cast_policy(policy, "float16"), obs)
+    golden = capture_activations(cast_policy(policy, GOLDEN), obs)
+    overflow = first_overflow_layer(acts, golden, modules=layer_modules(policy))
+    assert overflow is not None and overflow.layer == "body.0" and overflow.largest > 65504
+    assert overflow.describe("float16").startswith("the overflow begins at body.0 Linear(4, 16): ")
+    assert first_overflow_layer(capture_activations(cast_policy(policy, "float32"), obs), golden) is None
 
 
 def test_captures_of_different_architectures_are_refused() -> None:

@@ -102,8 +102,8 @@ def test_episodes_for_every_policy_with_an_environment_in_lockstep(shared_sweeps
     episodes = _rows(results, "episodes", "clean")
     by_policy = {_name(e): e["env_id"] for e in episodes}
     assert by_policy == {"cartpole": "seals/CartPole-v0", EXPERT_ZIP: "CartPole-v1"}  # the RL Zoo's args.yml, no --env
-    # 2 policies x 2 dtypes x 2 modes x 2 seeds x (2 cards + the CPU reference)
-    assert len(episodes) == 2 * 2 * 2 * 2 * 3
+    # 2 policies x 2 dtypes x 2 modes x 2 seeds x (2 cards + the CPU reference + its replay as an honest port)
+    assert len(episodes) == 2 * 2 * 2 * 2 * 4
     assert {(e["batching"], e["batch_size"]) for e in episodes} == {("lockstep", 2)}
     assert {e["length"] for e in episodes if e["env_id"] == "seals/CartPole-v0"} == {500}
 

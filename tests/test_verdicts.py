@@ -16,6 +16,7 @@ from harness.inference.forward import run_batch
 from harness.judge.compare import TOLERANCES, Tolerance
 from harness.judge.golden import RatioLimits
 from harness.judge.verdicts import (
+    HONEST,
     Rules,
     first_divergent_step,
     judge_batch,
@@ -27,6 +28,7 @@ from harness.judge.verdicts import (
 from harness.outputs import EpisodeOutput
 from harness.policies import GOLDEN, PolicyNet, cast_policy, load_policy
 from harness.workloads import ObsBatch, batch_sha256, make_batch
+from tests import builders
 from tests.third_party import ZOO_ZIP
 
 LIMITS = RatioLimits()
@@ -217,7 +219,8 @@ def _episode(seed: int, actions: list[int]) -> EpisodeOutput:
 def test_episodes_report_the_seed_and_step_where_trajectories_part() -> None:
     ref = [_episode(0, [0, 1, 0, 1]), _episode(1, [1, 1, 0, 0])]
     card1 = [_episode(0, [0, 1, 0, 1]), _episode(1, [1, 1, 1, 0])]
-    checks, steps = judge_episodes({"sim-cpu0": ref, "sim-cpu1": card1}, ref)
+    honest = [_episode(0, [0, 1, 1, 1]), _episode(1, [1, 1, 0, 0])]
+    checks, steps = judge_episodes({"sim-cpu0": ref, "sim-cpu1": card1}, ref, honest)
     [failed] = _failed(checks)
     assert (failed.kind, failed.output, failed.result.episode_seed, failed.result.first_divergent_step) == (
         "cross_card",
@@ -226,10 +229,8 @@ def test_episodes_report_the_seed_and_step_where_trajectories_part() -> None:
         2,
     )
     assert failed.result.detail == "1 of 2 trajectories part; seed 1 first, at step 2"
-    # returns are equal, so the return check passes but still says where seed 1 parted
-    ret = next(c for c in checks if c.kind == "episode_return" and c.device_a == "sim-cpu1")
-    assert ret.passed and "seed 1 first, at step 2" in ret.result.detail and ret.result.return_rel_diff == 0
-    assert steps == {"sim-cpu0": [None, None], "sim-cpu1": [None, 2]}
+    assert {c.kind for c in checks} == {"cross_card"}, "returns are judged over every round of a mode, apart"
+    assert steps == {"sim-cpu0": [None, None], "sim-cpu1": [None, 2], HONEST: [2, None]}
 
 
 def test_first_divergent_step() -> None:
@@ -241,19 +242,50 @@ def test_first_divergent_step() -> None:
     assert first_divergent_step(floats, np.array([[0.5, -1.0], [0.25, 1e-9]], np.float32)) == 1
 
 
-def test_episode_returns_that_differ_fail_across_cards_and_against_the_cpu() -> None:
+def test_episode_returns_that_differ_fail_across_cards() -> None:
     ref = [_episode(0, [0, 1] * 50)]
     fell = [_episode(0, [0, 1] * 20 + [1, 1])]  # the pole falls: a shorter episode, a lower return
-    checks, _ = judge_episodes({"sim-cpu0": ref, "sim-cpu1": fell}, ref)
+    checks, steps = judge_episodes({"sim-cpu0": ref, "sim-cpu1": fell}, ref, ref)
     failed = {(c.kind, c.output, c.device_a) for c in _failed(checks)}
-    assert failed == {
-        ("cross_card", "actions", "sim-cpu1"),
-        ("cross_card", "returns", "sim-cpu1"),
-        ("episode_return", "returns", "sim-cpu1"),
+    assert failed == {("cross_card", "actions", "sim-cpu1"), ("cross_card", "returns", "sim-cpu1")}
+    assert steps["sim-cpu1"] == [40] and steps[HONEST] == [None]
+
+
+@pytest.fixture(scope="module")
+def overflowing(tmp_path_factory: pytest.TempPathFactory) -> PolicyNet:
+    return load_policy(str(builders.float16_overflow(tmp_path_factory.mktemp("overflow"))))
+
+
+def test_a_float16_overflow_the_cpu_shares_fails_the_dtype_not_the_port(overflowing: PolicyNet) -> None:
+    batch = make_batch(overflowing.info, "normal", 256, seed=0)
+    card = _outputs(overflowing, "float16", batch)  # an honest float16 card computes what the CPU in float16 does
+    bad = ~np.isfinite(card["logits"])
+    assert bad.any() and not bad.all() and np.isfinite(_outputs(overflowing, GOLDEN, batch)["logits"]).all()
+    checks = {(c.kind, c.output): c for c in _judge(overflowing, "float16", batch, {"sim-cpu0": card})}
+    port = checks["cpu_reference", "logits"]
+    assert port.passed and port.gating and port.result.n_overflow == np.count_nonzero(bad)
+    assert port.result.detail.startswith("float16 overflows, not the port: the CPU in float16 is not finite in")
+    assert 0 < port.result.error_ratio <= port.result.ratio_limit, "judged where both computed finite values"
+    table = checks["tolerance", "logits"]
+    assert table.gating and not table.passed and "float16 cannot hold this policy's values here" in table.result.detail
+    assert not checks["decisions", "action"].passed and checks["decisions", "action"].gating
+    # In float32 the same policy is fine: nothing overflows, nothing is forgiven.
+    float32 = {
+        (c.kind, c.output): c
+        for c in _judge(overflowing, "float32", batch, {"sim-cpu0": _outputs(overflowing, "float32", batch)})
     }
-    ret = next(c for c in checks if c.kind == "episode_return" and c.device_a == "sim-cpu1").result
-    assert (ret.return_a, ret.return_b, ret.return_rtol) == (42.0, 100.0, 0.05) and ret.return_rel_diff == pytest.approx(0.58)
-    assert "mean return 42 vs the CPU's 100" in ret.detail and "seed 0 first, at step 40" in ret.detail
+    assert float32["cpu_reference", "logits"].result.n_overflow == 0 and not float32["tolerance", "logits"].gating
+
+
+def test_a_card_that_overflows_where_the_cpu_in_its_dtype_does_not_fails_the_port(overflowing: PolicyNet) -> None:
+    batch = make_batch(overflowing.info, "normal", 256, seed=0)
+    card = _outputs(overflowing, "float16", batch)
+    worse = dict(card, logits=card["logits"].copy())
+    row = int(np.flatnonzero(np.isfinite(card["logits"]).all(axis=1))[0])
+    worse["logits"][row, 0] = np.inf
+    port = next(c for c in _judge(overflowing, "float16", batch, {"sim-cpu0": worse}) if c.kind == "cpu_reference")
+    assert not port.passed and port.result.n_overflow == 0
+    assert "inf in the card's output where the golden is finite" in port.result.detail
 
 
 def test_an_actor_that_loaded_other_bytes_is_refused(cartpole) -> None:

@@ -3,11 +3,19 @@ seen failing; what each does to a card is harness/inference/faults.py. Light on 
 validation reads the specs before anything imports torch.
 
 A spec is `card<N>:<kind>` (N the card's position in the run: card0, card1, ...) or `all:<kind>`
-(every card: a defect common to every card, which `cross_card` cannot see):
+(every card: a defect common to every card, which `cross_card` cannot see), and `=SIZE` after
+the kinds that take a size (`all:action-bias=0.2`):
+  ulp-noise        an honest card, not a defect: every floating output of every layer moved by up to
+                   one ULP in the dtype it computes in, as another card's kernels round
+                   (`add_ulp_noise`); `all:` gives every card the same nudges, `card<N>:` that card its own
   perturb-weight   one ULP added to one weight of the first layer, in the card's dtype
   corrupt-weight   the first layer's weights scaled by 1.01: a broken kernel, beyond any tolerance
   reduced-fp32     float32 matmul inputs rounded to 10 mantissa bits, as TF32 / HF32 do
   fp16-accumulate  float16 matmuls summed in float16 (a kernel with a float16 accumulator)
+  action-bias      SIZE (default 0.1) added to the head's output: a continuous action's mean moved,
+                   or a discrete policy's first logit raised; a port that loses return
+  noisy-sampler    the sampling noise scaled by 1 + SIZE (default 0.5): a stochastic policy that
+                   explores more than it should; deterministic actions are untouched
   mkl-avx2         the card's process runs with MKL_CBWR=AVX2 (another, honest, GEMM code path)
   crash-once       the card's process dies on its first unit; Ray restarts it and the unit is retried
   crash-always     the card's process dies on every unit: the sweep records it and fails
@@ -31,23 +39,40 @@ from dataclasses import dataclass
 from harness.errors import UsageError
 
 # What `inject` puts into a policy's copy: the faults a bench can give its timed path alone.
-MODEL_KINDS = ("perturb-weight", "corrupt-weight", "reduced-fp32", "fp16-accumulate")
+MODEL_KINDS = (
+    "perturb-weight",
+    "corrupt-weight",
+    "reduced-fp32",
+    "fp16-accumulate",
+    "ulp-noise",
+    "action-bias",
+    "noisy-sampler",
+)
 KINDS = (*MODEL_KINDS, "mkl-avx2", "crash-once", "crash-always", "hang-once", "hang")
 # The faults that act only on the computations of one dtype (the card's dtype, before its label).
 DTYPE_OF_KIND = {"reduced-fp32": "float32", "fp16-accumulate": "float16"}
-_SPEC = re.compile(r"^(?:card(\d+)|all):([a-z0-9-]+)$")
+# The kinds that take a size (`all:action-bias=0.2`), and the size they take without one.
+SIZES = {"action-bias": 0.1, "noisy-sampler": 0.5}
+_SPEC = re.compile(r"^(?:card(\d+)|all):([a-z0-9-]+)(?:=([-+0-9.e]+))?$")
 
 
 @dataclass(frozen=True)
 class Fault:
     card: int | None  # None: every card
     kind: str
+    size: float | None = None  # the kinds of SIZES: the spec's, or the default
 
     def __str__(self) -> str:
-        return f"{'all' if self.card is None else f'card{self.card}'}:{self.kind}"
+        size = "" if self.size is None or self.size == SIZES.get(self.kind) else f"={self.size:g}"
+        return f"{'all' if self.card is None else f'card{self.card}'}:{self.kind}{size}"
 
     def applies_to(self, position: int) -> bool:
         return self.card is None or self.card == position
+
+    @property
+    def seed(self) -> int:
+        """Of a card's ulp-noise: one for `all:` (every card nudged alike), one per card for `card<N>:`."""
+        return 0 if self.card is None else self.card + 1
 
 
 def parse_faults(specs: list[str]) -> list[Fault]:
@@ -57,9 +82,16 @@ def parse_faults(specs: list[str]) -> list[Fault]:
         if not match or match.group(2) not in KINDS:
             raise UsageError(
                 f"--inject-fault {spec!r}: expected card<N>:<kind> or all:<kind> with kind one of {', '.join(KINDS)}, "
-                "e.g. card1:perturb-weight"
+                "e.g. card1:perturb-weight, or all:action-bias=0.2"
             )
-        faults.append(Fault(int(match.group(1)) if match.group(1) is not None else None, match.group(2)))
+        kind, size = match.group(2), match.group(3)
+        if size is not None and kind not in SIZES:
+            raise UsageError(f"--inject-fault {spec!r}: {kind} takes no size; {', '.join(SIZES)} do, e.g. all:action-bias=0.2")
+        try:
+            value = float(size) if size is not None else SIZES.get(kind)
+        except ValueError:
+            raise UsageError(f"--inject-fault {spec!r}: {size!r} is not a number, e.g. all:action-bias=0.2") from None
+        faults.append(Fault(int(match.group(1)) if match.group(1) is not None else None, kind, value))
     return faults
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -16,11 +17,23 @@ from harness.policies.matmul_precision import accumulate_float16_in_float16, red
 
 CORRUPTION = 1.01
 _INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
+_MANTISSA_BITS = {torch.float32: 23, torch.float16: 10, torch.bfloat16: 7}
+# The honest-card model on the CPU reference (`honest_replay`): nudges of its own, never a card's.
+HONEST_SEED = 2**20
+# Of the nudges of `add_ulp_noise`: the share of values moved, half up and half down. The rest
+# keep their bits, as most of a real card's do.
+ULP_NOISE_RATE = 0.25
 
 
 def inject(policy: PolicyNet, faults: list[Fault]) -> PolicyNet:
     """The card's copy of a policy (already cast to its dtype) with this card's model faults."""
-    kinds = {f.kind for f in faults}
+    kinds = {f.kind: f for f in faults}
+    if "ulp-noise" in kinds:
+        add_ulp_noise(policy, kinds["ulp-noise"].seed)
+    if "action-bias" in kinds:
+        bias_head(policy, kinds["action-bias"].size or 0.0)
+    if "noisy-sampler" in kinds:
+        scale_sampling_noise(policy, 1.0 + (kinds["noisy-sampler"].size or 0.0))
     if "perturb-weight" in kinds:
         perturb_one_weight(policy)
     if "corrupt-weight" in kinds:
@@ -38,6 +51,73 @@ def perturb_one_weight(policy: torch.nn.Module) -> None:
     with torch.no_grad():
         bits = first.weight.data.view(-1).view(_INT_VIEW[first.weight.dtype])
         bits[0] += 1
+
+
+def add_ulp_noise(policy: PolicyNet, seed: int) -> PolicyNet:
+    """An honest card: every floating output of every layer (each module without children) moved
+    by one ULP up or down, in the dtype it computes in, for some of the values.
+
+    A card's kernels accumulate in float32 in an order of their own, so in float32 ULP_NOISE_RATE
+    of the values move. A float16 or bfloat16 output is that float32 sum rounded to the dtype:
+    it moves only where the float32 ULP crosses the dtype's rounding boundary, 2 ** -13 (float16)
+    or 2 ** -16 (bfloat16) as often. (A whole ULP of bfloat16 on every output would be more than
+    any honest card differs by: up to 2.4 times the CPU's own error against the golden, where an
+    H200 measured 1.23.)
+
+    Which values move, and which way, is a hash of the value's bits and `seed`, never of where
+    the value sits or how often the layer ran: the card stays run-to-run deterministic and batch
+    invariant (a row alone gets the nudges it gets inside a batch), two cards with one seed agree
+    bit for bit, and a card restarted mid-sweep computes what it computed before. Zeros, NaN and
+    inf, and values a nudge would make infinite, keep their bits."""
+    for module in policy.modules():
+        if next(module.children(), None) is None:
+            module.register_forward_hook(partial(_nudge_output, seed=seed))
+    return policy
+
+
+def _nudge_output(_module: torch.nn.Module, _inputs: object, output: object, seed: int) -> object:
+    if isinstance(output, torch.Tensor) and output.dtype in _INT_VIEW:
+        return ulp_nudge(output, seed, ULP_NOISE_RATE * 2.0 ** (_MANTISSA_BITS[output.dtype] - _MANTISSA_BITS[torch.float32]))
+    return output
+
+
+def ulp_nudge(x: torch.Tensor, seed: int, rate: float) -> torch.Tensor:
+    """`x` with a share `rate` of its values moved by one ULP, half of them up, half down."""
+    bits = x.contiguous().view(_INT_VIEW[x.dtype]).to(torch.int64)
+    # A 32-bit integer hash (xorshift-multiply), in int64 so that no product overflows.
+    h = (bits ^ (seed * 0x9E3779B9)) & 0xFFFFFFFF
+    for _ in range(2):
+        h = (((h >> 16) ^ h) * 0x45D9F3B) & 0xFFFFFFFF
+    h = (h >> 16) ^ h
+    threshold = int(rate / 2 * 2**32)
+    step = (h < threshold).to(torch.int64) - ((h >= threshold) & (h < 2 * threshold)).to(torch.int64)
+    nudged = (bits + step).to(_INT_VIEW[x.dtype]).view(x.dtype).reshape(x.shape)
+    keep = ~torch.isfinite(x) | (x == 0) | ~torch.isfinite(nudged)
+    return torch.where(keep, x, nudged)
+
+
+def bias_head(policy: PolicyNet, size: float) -> None:
+    """`size` added to the head's output: every continuous action's mean, or the first logit (Q-value)."""
+    policy.head.register_forward_hook(partial(_add_bias, size=size, continuous=policy.info.action_kind == "continuous"))
+
+
+def _add_bias(_module: torch.nn.Module, _inputs: object, output: torch.Tensor, size: float, continuous: bool) -> torch.Tensor:
+    if continuous:
+        return output + size
+    shifted = output.clone()
+    shifted[..., 0] += size
+    return shifted
+
+
+def scale_sampling_noise(policy: PolicyNet, factor: float) -> None:
+    """Every sampled action drawn with its noise times `factor` (Gumbel, Gaussian, gSDE's matrices)."""
+    sample = policy.stochastic_action
+
+    def noisier(head_out: torch.Tensor, noise: torch.Tensor, latent: torch.Tensor | None = None) -> torch.Tensor:
+        return sample(head_out, noise * factor, latent)
+
+    # The fault is this policy sampling otherwise: its own method, replaced on the instance.
+    policy.stochastic_action = noisier  # type: ignore[method-assign]
 
 
 def corrupt_first_layer(policy: torch.nn.Module) -> None:

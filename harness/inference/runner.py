@@ -11,6 +11,7 @@ from harness.devices import Device
 from harness.envs.spec import EnvSpec
 from harness.inference.capture import capture_activations
 from harness.inference.episodes import run_episodes
+from harness.inference.faults import HONEST_SEED, add_ulp_noise
 from harness.inference.forward import run_batch, to_device
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import PolicySpec, load_policy
@@ -53,11 +54,21 @@ class Runner:
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
         return run_batch(self.policy(key, dtype), self.device, obs, noise)
 
+    def honest(self, key: str, dtype: str) -> PolicyNet:
+        """The policy under the honest-card model (the ulp-noise fault, nudges of its own): what
+        a right port that is not bit-equal to this device computes."""
+        if (key, f"{dtype}+honest") not in self._ready:
+            honest = add_ulp_noise(cast_policy(self.float32[key], dtype), HONEST_SEED)
+            self._ready[key, f"{dtype}+honest"] = honest.to(self.device.torch_device)
+        return self._ready[key, f"{dtype}+honest"]
+
     def run_episodes(
-        self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str
+        self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str, honest: bool = False
     ) -> list[EpisodeOutput]:
-        """`batching`: "lockstep" (one forward per step over all `seeds`) or "single" (batch 1)."""
-        return run_episodes(self.policy(key, dtype), self.device, env, seeds, stochastic, batching)
+        """`batching`: "lockstep" (one forward per step over all `seeds`) or "single" (batch 1);
+        `honest`: played by the policy under the honest-card model."""
+        policy = self.honest(key, dtype) if honest else self.policy(key, dtype)
+        return run_episodes(policy, self.device, env, seeds, stochastic, batching)
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         """Every layer's output on this batch, for finding where two runs part."""

@@ -15,7 +15,13 @@ Both must stay within the limit for n (`RatioLimits`): RMSE alone dilutes one ba
 sqrt(n), so a defect in a few edge rows, common to every card, would pass it; the max ratio sees
 it. The floor, half a unit in the last place of the dtype at the golden's scale, keeps a CPU
 that happens to be exact on a tiny batch from turning any honest rounding into an infinite ratio.
-NaN or inf in the card's output where the golden is finite fails, with the reason.
+
+NaN or inf in the card's output where the golden is finite fails the port, with the reason,
+unless the CPU computing in the card's dtype is not finite there either: then the overflow is
+the dtype's (float16's range cannot hold this policy's values), not the port's. The port passes,
+judged on the values both sides computed finitely, and says so (`n_overflow`); the dtype's own
+checks fail on those values (harness/judge/verdicts.py). A card that overflows where the CPU in
+its dtype does not still fails the port.
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ import numpy as np
 
 from harness.dtypes import MANTISSA_BITS
 from harness.judge.numerics import as_float64, first_index, format_index, max_float, measure
+
+
+_CPU_SAME = "the CPU in the card's dtype"
 
 
 def eps(dtype: str) -> float:
@@ -93,6 +102,9 @@ class GoldenComparison:
     max_floor: float
     max_ratio: float
     ratio_limit: float
+    n_overflow: int
+    """Elements not finite on the card where the golden is, all of them where the CPU in the
+    card's dtype is not finite either: the dtype's overflow, which the port rule forgives."""
     detail: str
 
 
@@ -109,28 +121,46 @@ def compare_to_golden(
     scale_rms, scale_max = _rms(gold), max_float(np.abs(gold))
     rmse_floor, max_floor = 0.5 * eps(dtype) * scale_rms, 0.5 * eps(dtype) * scale_max
     m = measure(act, gold)
-    golden_rmse, cpu_rmse = _rms(act - gold), _rms(cpu - gold)
-    cpu_max = max_float(np.abs(cpu - gold))
+    card_bad, cpu_bad = _nonfinite(act, gold), _nonfinite(cpu, gold)
+    shared = bool(cpu_bad.any()) and not (card_bad & ~cpu_bad).any()
+    if shared:
+        # The dtype's overflow: both sides are judged where both computed finite values.
+        both = ~card_bad & ~cpu_bad
+        act_f, cpu_f, gold_f = act[both], cpu[both], gold[both]
+    else:
+        act_f, cpu_f, gold_f = act, cpu, gold
+    golden_rmse, cpu_rmse = _rms(act_f - gold_f), _rms(cpu_f - gold_f)
+    cpu_max = max_float(np.abs(cpu_f - gold_f))
+    card_max = max_float(np.abs(act_f - gold_f)) if shared else m.max_abs
     error_ratio = _ratio(golden_rmse, cpu_rmse, rmse_floor)
-    max_ratio = _ratio(m.max_abs, cpu_max, max_floor)
+    max_ratio = _ratio(card_max, cpu_max, max_floor)
 
-    reasons = _nonfinite(act, gold, what) + _nonfinite(cpu, gold, "the CPU in the card's dtype")
+    reasons = [] if shared else _nonfinite_reasons(act, card_bad, what) + _nonfinite_reasons(cpu, cpu_bad, _CPU_SAME)
     if not reasons:
         if not error_ratio <= limit:
             reasons.append(
                 f"error_ratio {error_ratio:.3g} > {limit:g}: RMSE against the float64 golden {golden_rmse:.3g}, "
-                f"the CPU's in {dtype} {cpu_rmse:.3g} (floor {rmse_floor:.3g}) over {n} elements"
+                f"the CPU's in {dtype} {cpu_rmse:.3g} (floor {rmse_floor:.3g}) over {act_f.size} elements"
             )
         if not max_ratio <= limit:
-            idx = np.unravel_index(int(np.argmax(np.abs(act - gold))), act.shape)
+            idx = np.unravel_index(int(np.nanargmax(np.where(card_bad | cpu_bad, -1.0, np.abs(act - gold)))), act.shape)
             reasons.append(
-                f"max_ratio {max_ratio:.3g} > {limit:g}: largest error {m.max_abs:.3g} at "
+                f"max_ratio {max_ratio:.3g} > {limit:g}: largest error {card_max:.3g} at "
                 f"{format_index(idx)} "
                 f"({what} {act[idx]:.9g}, golden {gold[idx]:.9g}), the CPU's largest in {dtype} {cpu_max:.3g} (floor "
                 f"{max_floor:.3g})"
             )
+    passed = not reasons
+    if shared:
+        card_n = np.count_nonzero(card_bad)
+        mine = f"the {what} in {card_n}, all of them among those" if card_n else f"the {what} in none"
+        overflow = (
+            f"{dtype} overflows, not the port: the CPU in {dtype} is not finite in {np.count_nonzero(cpu_bad)} of {n} "
+            f"elements where the golden is, {mine}"
+        )
+        reasons.insert(0, overflow)
     return GoldenComparison(
-        passed=not reasons,
+        passed=passed,
         n_elements=n,
         max_abs=m.max_abs,
         mean_abs=m.mean_abs,
@@ -144,6 +174,7 @@ def compare_to_golden(
         max_floor=max_floor,
         max_ratio=max_ratio,
         ratio_limit=limit,
+        n_overflow=int(np.count_nonzero(card_bad)) if shared else 0,
         detail="; ".join(reasons),
     )
 
@@ -176,9 +207,12 @@ def _ratio(error: float, cpu_error: float, floor: float) -> float:
     return error / denominator if denominator > 0 else math.inf
 
 
-def _nonfinite(x: np.ndarray, golden: np.ndarray, what: str) -> list[str]:
-    """NaN or inf where the golden is finite: a result the golden does not have."""
-    bad = ~np.isfinite(x) & np.isfinite(golden)
+def _nonfinite(x: np.ndarray, golden: np.ndarray) -> np.ndarray:
+    """Where `x` is NaN or inf and the golden is finite: a result the golden does not have."""
+    return np.asarray(~np.isfinite(x) & np.isfinite(golden))
+
+
+def _nonfinite_reasons(x: np.ndarray, bad: np.ndarray, what: str) -> list[str]:
     if not bad.any():
         return []
     idx = first_index(bad)

@@ -118,6 +118,39 @@ def first_layer_off_golden(
     return None
 
 
+@dataclass(frozen=True)
+class Overflow:
+    """The first layer whose output in a dtype is not finite where the golden's is."""
+
+    layer: str
+    module: str
+    count: int
+    n_elements: int
+    largest: float
+    """The golden's largest magnitude at that layer: what the dtype would have had to hold."""
+
+    def describe(self, dtype: str) -> str:
+        where = f"{self.layer} {self.module}" if self.module else self.layer
+        return (
+            f"the overflow begins at {where}: {self.count} of {self.n_elements} values not finite in {dtype} "
+            f"(the golden's largest there {self.largest:.4g})"
+        )
+
+
+def first_overflow_layer(
+    acts: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray], *, modules: Mapping[str, str] | None = None
+) -> Overflow | None:
+    """The first layer of a capture in a dtype that is NaN or inf where the golden is finite, or None."""
+    _same_layers(acts, golden)
+    for layer, values in acts.items():
+        gold = as_float64(golden[layer])
+        bad = ~np.isfinite(as_float64(values)) & np.isfinite(gold)
+        if bad.any():
+            largest = float(np.abs(gold[np.isfinite(gold)]).max(initial=0.0))
+            return Overflow(layer, (modules or {}).get(layer, ""), int(np.count_nonzero(bad)), int(bad.size), largest)
+    return None
+
+
 def _same_layers(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> None:
     # Captures of different architectures are a harness bug: localizing them would invent a layer.
     if list(a) != list(b):

@@ -10,7 +10,9 @@ Is this dtype good enough for this policy? Gating by default.
   decisions       discrete actions (deterministic and sampled) against the golden's; a flip
                   passes only as a near-tie: when the golden's margin is within what the dtype
                   may move two scores by
-  episode_return  a card's mean episode return within 5% of the CPU float32's
+  episode_return  a card's returns against the CPU float32's of the same seeds, as distributions:
+                  the paired difference's interval against a margin; PASS, FAIL or INCONCLUSIVE
+                  (harness/judge/returns.py), INCONCLUSIVE gating only when required
   tolerance       the fixed atol/rtol table against the CPU float32 output, on every floating
                   output: reported always, gating only on outputs the policy declares bounded
                   and where the user sets `--tolerance` for the dtype
@@ -19,9 +21,9 @@ And:
                   file, by the golden rule
   batch_invariance  a card's first rows computed alone against the same rows inside the large
                   batch, bit for bit: a property of the card, gating only when required
-  published_return  the CPU float32's mean return against the score the policy's files state it
-                  was published with: the port, the loader and the harness's replay of the
-                  environment together; gating only when required
+  published_return  the CPU float32's returns against the score the policy's files state it was
+                  published with, as episode_return judges: the port, the loader and the
+                  harness's replay of the environment together; gating only when required
   error           a card that produced nothing
   bench_audit     a bench's timed path against the sweep's run_batch on the same card and input,
                   bit for bit: what the bench timed computes what the sweep validated
@@ -29,7 +31,8 @@ And:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -44,55 +47,107 @@ from harness.judge.compare import (
 )
 from harness.judge.kinds import CheckKind
 from harness.judge.golden import GoldenComparison, RatioLimits, compare_to_golden, row_errors
+from harness.judge.returns import Decision, Interval, Margin, Outcome, decide, interval, iqm, mean
 from harness.outputs import EpisodeOutput, Outputs
 
 REFERENCE = "cpu"
 GOLDEN = "cpu-float64"
 ONNX_REFERENCE = "onnxruntime"
-# A card's mean episode return may differ from the CPU's by this fraction: a near-tie decision
-# can honestly send a low-precision trajectory elsewhere; a broken port loses the pole.
-EPISODE_RETURN_RTOL = 0.05
+# The CPU float32's episodes replayed under the honest-card model (the ulp-noise fault, nudges
+# of its own): where an honest port's trajectories part from the CPU's.
+HONEST = "cpu-ulp-noise"
 # Two scores, each off by up to ratio_limit times the dtype's own error, can swap when the
 # golden's margin between them is within twice that.
 FLIP_SCORES = 2.0
 PUBLISHED = "published"
-# A published score's spread is its episodes' standard deviation; where that is 0 (every episode
-# scored the same, as CartPole's 500) the mean may be this fraction off it.
-PUBLISHED_RETURN_RTOL = 0.05
+# Where neither a published score nor our episodes vary (CartPole's 500.00 +/- 0.00), our return
+# must be the published one as a model card prints it: to two decimals.
+PUBLISHED_ROUNDING = 0.005
+_Z95 = 1.959963984540054
 
 
 @dataclass(frozen=True)
 class EpisodeComparison:
-    """Episodes of one unit on a card against the same episodes elsewhere."""
+    """Episodes of one unit on a card against the same episodes on card 0, bit for bit."""
 
     passed: bool
     n_elements: int
     episode_seed: int | None
     """The first episode whose trajectory parts from the other's; None when none does."""
     first_divergent_step: int | None
-    return_a: float | None
-    """Mean return of the card's episodes (episode_return checks)."""
-    return_b: float | None
-    return_rel_diff: float | None
-    return_rtol: float | None
     detail: str
 
 
 @dataclass(frozen=True)
-class PublishedComparison:
-    """A mean episode return against the one a policy was published with."""
+class ReturnComparison:
+    """Closed-loop returns against a reference, as distributions (`harness.judge.returns`):
+    episode_return (a card, paired with the CPU float32's episodes of the same seeds) and
+    published_return (the CPU float32's against the published score)."""
 
     passed: bool
-    n_elements: int  # episodes played
-    return_a: float  # their mean return here
-    return_b: float  # the published mean
-    return_abs_diff: float
-    return_atol: float  # the published standard deviation, or PUBLISHED_RETURN_RTOL of the mean where it is 0
-    published_std: float
+    n_elements: int  # episodes judged
+    outcome: str  # pass, fail, inconclusive
+    return_a: float  # mean return of the card (published_return: of the CPU float32)
+    return_a_low: float
+    return_a_high: float
+    iqm_a: float  # its interquartile mean
+    iqm_a_low: float
+    iqm_a_high: float
+    return_b: float  # mean return of the CPU float32 (published_return: the published mean)
+    return_b_low: float
+    return_b_high: float
+    iqm_b: float | None  # None for a published score
+    iqm_b_low: float | None
+    iqm_b_high: float | None
+    return_diff: float  # a - b: the mean paired difference (episode_return)
+    return_diff_low: float
+    return_diff_high: float
+    return_margin: float  # PASS when return_diff_low > -return_margin, FAIL when return_diff_high < -return_margin
+    episodes_needed: int | None
+    published_std: float | None
     detail: str
+    episode_seed: int | None = None
+    """episode_return: the first episode whose trajectory parts from the CPU's; None when none does."""
+    first_divergent_step: int | None = None
+
+    @staticmethod
+    def of(
+        decision: Decision,
+        n: int,
+        a: tuple[Interval, Interval],
+        b: tuple[Interval, Interval | None],
+        published_std: float | None,
+        detail: str,
+    ) -> ReturnComparison:
+        (mean_a, iqm_a), (mean_b, iqm_b) = a, b
+        d = decision.difference
+        return ReturnComparison(
+            passed=decision.outcome is Outcome.PASS,
+            n_elements=n,
+            outcome=str(decision.outcome),
+            return_a=mean_a.estimate,
+            return_a_low=mean_a.low,
+            return_a_high=mean_a.high,
+            iqm_a=iqm_a.estimate,
+            iqm_a_low=iqm_a.low,
+            iqm_a_high=iqm_a.high,
+            return_b=mean_b.estimate,
+            return_b_low=mean_b.low,
+            return_b_high=mean_b.high,
+            iqm_b=None if iqm_b is None else iqm_b.estimate,
+            iqm_b_low=None if iqm_b is None else iqm_b.low,
+            iqm_b_high=None if iqm_b is None else iqm_b.high,
+            return_diff=d.estimate,
+            return_diff_low=d.low,
+            return_diff_high=d.high,
+            return_margin=decision.margin,
+            episodes_needed=decision.episodes_needed,
+            published_std=published_std,
+            detail=detail,
+        )
 
 
-Result = Comparison | GoldenComparison | DecisionComparison | EpisodeComparison | PublishedComparison
+Result = Comparison | GoldenComparison | DecisionComparison | EpisodeComparison | ReturnComparison
 
 
 @dataclass(frozen=True)
@@ -123,8 +178,6 @@ class Rules:
     """True when the user set the tolerance of this dtype: it then gates every floating output."""
     bounded_outputs: frozenset[str]
     """Outputs the policy declares bounded (clipped actions): the tolerance gates on them."""
-    published_gates: bool = False
-    """True when the user requires the published score (--require-published-return)."""
     scores: str = "logits"
     """The discrete head's output, whose margins judge a flipped decision: a categorical
     policy's `logits`, a Q-network's `q_values`."""
@@ -195,8 +248,12 @@ def judge_batch(
                 continue
             port = compare_to_golden(outputs[output], cpu_same[output], gold, rules.dtype, rules.limits)
             checks.append(Check(output, CheckKind.CPU_REFERENCE, label, GOLDEN, True, port))
-            gates = rules.tolerance_gates or output in rules.bounded_outputs
             table = compare_tolerance(outputs[output], cpu_float32[output], rules.tolerance)
+            # Values the dtype cannot hold are no question of tolerance: beyond any, whatever the output.
+            overflow = bool((~np.isfinite(outputs[output]) & np.isfinite(cpu_float32[output])).any())
+            if overflow:
+                table = replace(table, detail=f"{table.detail}; {rules.dtype} cannot hold this policy's values here")
+            gates = rules.tolerance_gates or output in rules.bounded_outputs or overflow
             checks.append(Check(output, CheckKind.TOLERANCE, label, REFERENCE, gates, table))
     return checks
 
@@ -257,10 +314,12 @@ def first_divergent_step(a: np.ndarray, b: np.ndarray) -> int | None:
 
 
 def judge_episodes(
-    cards: dict[str, list[EpisodeOutput]], reference: list[EpisodeOutput]
+    cards: dict[str, list[EpisodeOutput]], reference: list[EpisodeOutput], honest: list[EpisodeOutput]
 ) -> tuple[list[Check], dict[str, list[int | None]]]:
-    """Trajectories across cards bit for bit, returns against the CPU float32's; and per card
-    the step where each episode parts from the CPU's (None: never)."""
+    """Trajectories and returns across cards, bit for bit; and the step where each episode parts
+    from the CPU float32's (None: never), per card and for the CPU's replay under the honest-card
+    model (`HONEST`). Returns are judged against the CPU's over every round of a mode, apart
+    (`judge_returns`)."""
     labels = list(cards)
     checks: list[Check] = []
     for label in labels[1:]:
@@ -279,12 +338,8 @@ def judge_episodes(
         )
     steps = {
         label: [first_divergent_step(e.actions, r.actions) for e, r in zip(episodes, reference, strict=True)]
-        for label, episodes in cards.items()
+        for label, episodes in {**cards, HONEST: honest}.items()
     }
-    for label, episodes in cards.items():
-        checks.append(
-            Check("returns", CheckKind.EPISODE_RETURN, label, REFERENCE, True, _mean_return(episodes, reference, steps[label]))
-        )
     return checks, steps
 
 
@@ -298,57 +353,141 @@ def _trajectories(mine: list[EpisodeOutput], theirs: list[EpisodeOutput]) -> Epi
     seed, step = parted[0] if parted else (None, None)
     detail = f"{len(parted)} of {len(mine)} trajectories part; seed {seed} first, at step {step}" if parted else ""
     return EpisodeComparison(
-        passed=not parted,
-        n_elements=len(mine),
-        episode_seed=seed,
-        first_divergent_step=step,
-        return_a=None,
-        return_b=None,
-        return_rel_diff=None,
-        return_rtol=None,
-        detail=detail,
+        passed=not parted, n_elements=len(mine), episode_seed=seed, first_divergent_step=step, detail=detail
     )
 
 
-def _mean_return(episodes: list[EpisodeOutput], reference: list[EpisodeOutput], steps: list[int | None]) -> EpisodeComparison:
-    """The card's mean return against the CPU float32's, within EPISODE_RETURN_RTOL; where the
-    trajectories part is reported, not judged (a near-tie may honestly send them elsewhere)."""
-    mine, theirs = float(_returns(episodes).mean()), float(_returns(reference).mean())
-    rel = abs(mine - theirs) / abs(theirs) if theirs else (0.0 if mine == theirs else float("inf"))
-    passed = bool(np.isfinite(mine)) and rel <= EPISODE_RETURN_RTOL
-    parted = [(e.episode_seed, s) for e, s in zip(episodes, steps, strict=True) if s is not None]
-    reasons = (
-        [] if passed else [f"mean return {mine:.6g} vs the CPU's {theirs:.6g}: {rel:.3g} apart > {EPISODE_RETURN_RTOL:g}"]
-    )
-    if parted:
-        reasons.append(
-            f"{len(parted)} of {len(episodes)} episodes part from the CPU's; seed {parted[0][0]} first, at step {parted[0][1]}"
+@dataclass(frozen=True)
+class Paired:
+    """One card's episodes of a mode and the CPU float32's of the same seeds, in seed order, with
+    where each parts from the CPU's trajectory: the card's, and the honest-card replay's."""
+
+    seeds: np.ndarray
+    card: np.ndarray  # returns
+    cpu: np.ndarray
+    card_steps: list[int | None]
+    honest_steps: list[int | None]
+
+
+@dataclass(frozen=True)
+class ClosedLoopRules:
+    """How closed-loop returns are judged (README, "Closed-loop returns")."""
+
+    margin: Margin = field(default_factory=Margin)
+    require_conclusive: bool = False
+    """INCONCLUSIVE gates (fails the run) only when asked; it never passes."""
+    published_gates: bool = False
+    """True when the user requires the published score (--require-published-return)."""
+
+    def gating(self, gates: bool, outcome: Outcome) -> bool:
+        return gates and (outcome is not Outcome.INCONCLUSIVE or self.require_conclusive)
+
+
+def judge_returns(label: str, paired: Paired, rules: ClosedLoopRules, published_std: float | None = None) -> Check:
+    """The card's returns against the CPU float32's of the same seeds (`harness.judge.returns`):
+    exact answers first, then the paired difference's interval against the margin. The margin's
+    spread is the larger of the returns' own (card and CPU pooled: under an honest card they are
+    one distribution, and the CPU's episodes alone may have missed its rare ones) and the
+    published standard deviation, where the policy states one for this mode."""
+    card, cpu = paired.card, paired.cpu
+    n = int(card.size)
+    pooled = float(np.std(np.concatenate([card, cpu]), ddof=1)) if n > 1 and np.isfinite(card).all() else 0.0
+    spread, source = (published_std, "the published std") if published_std and published_std > pooled else (pooled, "std")
+    margin = rules.margin.of(spread)
+    differ = np.flatnonzero(card != cpu)
+    if not np.isfinite(card).all():
+        bad = int(np.count_nonzero(~np.isfinite(card)))
+        decision = _exact(Outcome.FAIL, margin, f"the card's return is not finite in {bad} of {n} episodes")
+    elif not differ.size:
+        decision = _exact(Outcome.PASS, margin, f"returns identical to the CPU's in all {n} episodes")
+    elif float(np.ptp(cpu)) == 0 and (rules.margin.absolute is None or margin == 0):
+        first = int(differ[0])
+        decision = _exact(
+            Outcome.FAIL,
+            0.0,
+            f"the CPU's return never varies ({cpu[0]:.6g} in all {n} episodes), the card's differs in {differ.size} "
+            f"(seed {int(paired.seeds[first])} first: {card[first]:.6g})",
+            Interval.exact(float(np.mean(card - cpu))),
         )
-    seed, step = parted[0] if parted else (None, None)
-    return EpisodeComparison(
-        passed=passed,
-        n_elements=len(episodes),
-        episode_seed=seed,
-        first_divergent_step=step,
-        return_a=mine,
-        return_b=theirs,
-        return_rel_diff=rel,
-        return_rtol=EPISODE_RETURN_RTOL,
-        detail="; ".join(reasons),
-    )
+    else:
+        decision = decide(interval(card - cpu), margin, n)
+        decision = replace(decision, reason=f"{decision.reason}; {rules.margin.describe(spread, source)}")
+    detail = "; ".join([decision.reason, _parting(paired)])
+    seeds = [int(s) for s, step in zip(paired.seeds, paired.card_steps, strict=True) if step is not None]
+    first_step = next((step for step in paired.card_steps if step is not None), None)
+    result = ReturnComparison.of(decision, n, _spread(card), _spread(cpu), None, detail)
+    result = replace(result, episode_seed=seeds[0] if seeds else None, first_divergent_step=first_step)
+    gating = rules.gating(True, decision.outcome)
+    return Check("returns", CheckKind.EPISODE_RETURN, label, REFERENCE, gating, result)
 
 
-def judge_published(reference: list[EpisodeOutput], mean: float, std: float, source: str, gating: bool) -> list[Check]:
-    """The CPU float32's mean return against the published `mean`: within one published standard
-    deviation, or PUBLISHED_RETURN_RTOL of the mean where the deviation is 0."""
-    ours = float(_returns(reference).mean())
-    limit = std if std > 0 else PUBLISHED_RETURN_RTOL * abs(mean)
-    diff = abs(ours - mean)
-    passed = bool(np.isfinite(ours)) and diff <= limit
-    shown = f"mean return {ours:.6g} over {len(reference)} episodes vs {mean:.6g} +/- {std:.6g} published ({source})"
-    detail = shown if passed else f"{shown}: {diff:.3g} apart > {limit:.3g}"
-    result = PublishedComparison(passed, len(reference), ours, mean, diff, limit, std, detail)
-    return [Check("returns", CheckKind.PUBLISHED_RETURN, REFERENCE, PUBLISHED, gating, result)]
+def _exact(outcome: Outcome, margin: float, reason: str, difference: Interval | None = None) -> Decision:
+    return Decision(outcome, difference or Interval.exact(0.0), margin, None, reason)
+
+
+def _parting(paired: Paired) -> str:
+    """Where the card's trajectories part from the CPU's, next to where an honest port's do."""
+
+    def said(steps: list[int | None]) -> str:
+        parted = [s for s in steps if s is not None]
+        if not parted:
+            return f"none of {len(steps)}"
+        return f"{len(parted)} of {len(steps)} (median step {float(np.median(parted)):g}, first {min(parted)})"
+
+    return f"trajectories part from the CPU's: this card {said(paired.card_steps)}, an honest port {said(paired.honest_steps)}"
+
+
+def _spread(returns: np.ndarray) -> tuple[Interval, Interval]:
+    """Mean and IQM of one side's returns, each with its interval; NaN where a return is not finite."""
+    if not np.isfinite(returns).all():
+        nan = Interval.exact(float("nan"))
+        return nan, nan
+    return interval(returns, mean), interval(returns, iqm)
+
+
+@dataclass(frozen=True)
+class Published:
+    """A published score as the judge reads it: mean, standard deviation, of how many episodes
+    (None where the files do not say), and where it was stated."""
+
+    mean: float
+    std: float
+    n_episodes: int | None
+    source: str
+
+
+def judge_published(cpu: np.ndarray, score: Published, rules: ClosedLoopRules) -> Check:
+    """The CPU float32's returns against the score the policy's files state: the interval of our
+    mean minus the published mean (widened by the published mean's own uncertainty where its
+    episode count is stated) against the margin, as `judge_returns` does."""
+    n = int(cpu.size)
+    ours, ours_iqm = _spread(cpu)
+    spread = max(score.std, float(np.std(cpu, ddof=1)) if n > 1 else 0.0)
+    margin = rules.margin.of(spread)
+    stated = score.n_episodes is not None and score.n_episodes > 0
+    # The published mean is one draw of its own: its 95% half-width, where we know of how many episodes.
+    fixed = _Z95 * score.std / math.sqrt(score.n_episodes) if score.n_episodes else 0.0
+    published = Interval(score.mean, score.mean - fixed, score.mean + fixed)
+    shown = f"mean return {ours} over {n} episodes vs {score.mean:.6g} +/- {score.std:.6g} published ({score.source})"
+    if not math.isfinite(ours.estimate):
+        decision = _exact(Outcome.FAIL, margin, f"{shown}: a return is not finite")
+    elif spread == 0 and (rules.margin.absolute is None or margin == 0):
+        # Neither side ever varies: the returns are the published figure as printed (two decimals), or not.
+        same = abs(ours.estimate - score.mean) <= PUBLISHED_ROUNDING
+        outcome = Outcome.PASS if same else Outcome.FAIL
+        decision = _exact(outcome, margin, f"{shown}: every return {'is' if same else 'differs from'} the published one")
+    else:
+        gap = ours.estimate - score.mean
+        difference = Interval(
+            gap, gap - math.hypot(ours.estimate - ours.low, fixed), gap + math.hypot(ours.high - ours.estimate, fixed)
+        )
+        decision = decide(difference, margin, n, fixed)
+        source = "the published std" if score.std >= spread else "std"
+        exact = "" if stated else "; the published mean taken as exact (its episode count is not stated)"
+        decision = replace(decision, reason=f"{shown}: {decision.reason}; {rules.margin.describe(spread, source)}{exact}")
+    result = ReturnComparison.of(decision, n, (ours, ours_iqm), (published, None), score.std, decision.reason)
+    gating = rules.gating(rules.published_gates, decision.outcome)
+    return Check("returns", CheckKind.PUBLISHED_RETURN, REFERENCE, PUBLISHED, gating, result)
 
 
 def _returns(episodes: list[EpisodeOutput]) -> np.ndarray:

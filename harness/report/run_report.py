@@ -20,7 +20,8 @@ import pyarrow as pa
 from harness.dtypes import LABEL_ORDER
 from harness.judge.kinds import CheckKind
 from harness.report.outcome import BENCH_STATUS, EXIT_CODES, NO_RUN_ROW, Verdict, run_verdict, unfinished
-from harness.report.summary import batch_invariance_lines, summarize
+from harness.judge.verdicts import HONEST
+from harness.report.summary import batch_invariance_lines, summarize, undecided
 
 # The policy's head, the output the reference ports report precision on.
 HEAD_OUTPUTS = ("logits", "q_values", "mu")
@@ -115,6 +116,11 @@ class Report:
         return sum(1 for r in rows if r["gating"] and not r["passed"])
 
     @property
+    def n_inconclusive(self) -> int:
+        """Closed-loop verdicts their episodes could not decide: never a pass; gating only with --require-conclusive."""
+        return len(undecided(self.checks))
+
+    @property
     def is_bench(self) -> bool:
         return self.status == BENCH_STATUS or (self.status == NO_RUN_ROW and bool(self.bench))
 
@@ -162,6 +168,8 @@ class Report:
             none = ": none is a result" if not self.n_valid else ""
             return f"{self.n_valid} of {len(self.bench)} bench rows valid{none}; {audit} ({self.n_checks} outputs sampled)"
         text = f"{self.n_checks} checks, {self.n_gating} gating, {self.n_failed} failed"
+        if self.n_inconclusive:
+            text += f", {self.n_inconclusive} inconclusive"
         if self.unfinished:
             planned = f" of {self.units_planned}" if self.units_planned is not None else ""
             units = "unit" if self.units_done == 1 and not planned else "units"
@@ -263,6 +271,36 @@ WHERE run_id = $run_id AND kind = '{CheckKind.CPU_REFERENCE}' AND output IN {HEA
 GROUP BY policy, dtype, output ORDER BY policy, {dtype_order()}
 """
 
+CLOSED_LOOP_SQL = f"""
+WITH parting AS (
+    SELECT policy, dtype, mode, batching, device, count(*) AS n, count(first_divergent_step) AS parted,
+           median(first_divergent_step) AS median_step
+    FROM episodes WHERE run_id = $run_id GROUP BY ALL
+), rows AS (
+    SELECT *, split_part(workload, '-', 2) AS mode, split_part(workload, '-', -1) AS batching
+    FROM checks WHERE run_id = $run_id AND kind IN ('{CheckKind.EPISODE_RETURN}', '{CheckKind.PUBLISHED_RETURN}')
+)
+SELECT c.policy, c.dtype, c.mode, c.device_a || ' vs ' || c.device_b AS devices, c.n_elements::VARCHAR AS episodes,
+       printf('%.4g [%.4g, %.4g]', c.return_a, c.return_a_low, c.return_a_high) AS "mean (95%)",
+       printf('%.4g [%.4g, %.4g]', c.iqm_a, c.iqm_a_low, c.iqm_a_high) AS "IQM (95%)",
+       printf('%.4g [%.4g, %.4g]', c.return_b, c.return_b_low, c.return_b_high) AS "its reference's mean (95%)",
+       CASE WHEN c.iqm_b IS NULL THEN '' ELSE printf('%.4g [%.4g, %.4g]', c.iqm_b, c.iqm_b_low, c.iqm_b_high) END
+           AS "its reference's IQM (95%)",
+       printf('%.4g [%.4g, %.4g]', c.return_diff, c.return_diff_low, c.return_diff_high) AS "difference (95%)",
+       printf('%.4g', -c.return_margin) AS "-margin",
+       upper(c.outcome)
+           || CASE WHEN c.episodes_needed IS NULL THEN '' ELSE ' (about ' || c.episodes_needed || ' episodes decide)' END
+           AS verdict,
+       CASE WHEN p.n IS NULL THEN '' ELSE p.parted || ' of ' || p.n
+           || coalesce(' (median step ' || p.median_step || ')', '') END AS "card parts from the CPU",
+       CASE WHEN h.n IS NULL THEN '' ELSE h.parted || ' of ' || h.n
+           || coalesce(' (median step ' || h.median_step || ')', '') END AS "an honest port parts"
+FROM rows c
+LEFT JOIN parting p ON (p.policy, p.dtype, p.mode, p.batching, p.device) = (c.policy, c.dtype, c.mode, c.batching, c.device_a)
+LEFT JOIN parting h ON (h.policy, h.dtype, h.mode, h.batching, h.device) = (c.policy, c.dtype, c.mode, c.batching, '{HONEST}')
+ORDER BY c.policy, {dtype_order("c.dtype")}, c.mode, c.kind, c.device_a
+"""
+
 BENCH_SQL = f"""
 SELECT mode, policy, dtype, device, n_cards::VARCHAR AS cards, batch_size::VARCHAR AS batch, timing,
        printf('%.3g', first_call_ms) AS "first call ms", printf('%.3g', p50_ms) AS "p50 ms",
@@ -293,6 +331,13 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, results: Path) -> 
                 "Is the port right: the head's error against the float64 golden, over the CPU's own in that dtype",
                 _rows(con, PRECISION_SQL, run_id),
                 "no cpu_reference checks of the policy's head",
+            ),
+            Section(
+                "Closed loop: returns as distributions (mean and IQM with 95% intervals), the paired difference against "
+                "the margin (PASS above it, FAIL below, INCONCLUSIVE across), and where trajectories part from the CPU's "
+                "next to where an honest port's do",
+                _rows(con, CLOSED_LOOP_SQL, run_id),
+                "no closed-loop verdicts in this run",
             ),
         ]
     if bench:

@@ -3,6 +3,7 @@ worst error; for a bench, one line per measurement with its interval and validit
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, TextIO, assert_never
 
@@ -12,7 +13,11 @@ import pyarrow.compute as pc
 from harness.dtypes import LABEL_ORDER
 from harness.judge.bench_stats import QUICK_LOOK, round_trip_dominates
 from harness.judge.kinds import CheckKind
+from harness.judge.returns import Outcome
 from harness.store.schema import BenchRow, CheckRow
+
+# Undecided closed-loop verdicts listed one by one in the summary; `harness report` lists them all.
+MAX_SHOWN = 5
 
 
 def measured_over_limit(row: dict[str, Any]) -> float | None:
@@ -37,12 +42,14 @@ def measured_over_limit(row: dict[str, Any]) -> float | None:
                 return 0.0
             limit = row["flip_margin_limit"]
             return float(row["max_flip_margin"] / limit) if limit else float("inf")
-        case CheckKind.EPISODE_RETURN:
-            return float(row["return_rel_diff"] / row["return_rtol"]) if row.get("return_rtol") else None
-        case CheckKind.PUBLISHED_RETURN:
-            if row.get("return_atol"):
-                return float(row["return_abs_diff"] / row["return_atol"])
-            return 0.0 if row.get("return_abs_diff") == 0 else float("inf")
+        case CheckKind.EPISODE_RETURN | CheckKind.PUBLISHED_RETURN:
+            # How far the interval reaches below zero, in margins: PASS below 1.
+            if row.get("return_diff_low") is None:
+                return None
+            loss = max(0.0, -float(row["return_diff_low"]))
+            if row["return_margin"]:
+                return loss / float(row["return_margin"])
+            return 0.0 if row["outcome"] == Outcome.PASS else float("inf")
         case CheckKind.ERROR | CheckKind.CROSS_CARD | CheckKind.BATCH_INVARIANCE | CheckKind.BENCH_AUDIT:
             return None
         case _:
@@ -60,6 +67,7 @@ class Group:
     checks: int = 0
     failed: int = 0
     findings: int = 0
+    inconclusive: int = 0
     gating: bool = False
     worst: float | None = None
     max_ulp: int = 0
@@ -74,7 +82,9 @@ class Group:
         if row.get("max_ulp") is not None:
             self.max_ulp = max(self.max_ulp, row["max_ulp"])
         if not row["passed"]:
-            if row["gating"]:
+            if row.get("outcome") == Outcome.INCONCLUSIVE and not row["gating"]:
+                self.inconclusive += 1
+            elif row["gating"]:
                 self.failed += 1
             else:
                 self.findings += 1
@@ -85,8 +95,11 @@ class Group:
 
     @property
     def verdict(self) -> str:
+        """FAIL (gating), then INCONCLUSIVE (never a pass), then finding (not gating), then PASS."""
         if self.failed:
             return f"FAIL {self.failed}"
+        if self.inconclusive:
+            return f"INCONCLUSIVE {self.inconclusive}"
         if self.findings:
             return f"finding {self.findings}"
         return "PASS" if self.gating else "pass"
@@ -140,19 +153,21 @@ def print_summary(
     said before the verdict (a card that was replaced, one that was lost); a run that ended early
     says how many of its units it finished (`units_done`: done, all)."""
     groups = summarize(checks)
-    header = f"{'policy':<24} {'dtype':<13} {'check':<17} {'verdict':<11} {'checks':>6} {'worst/limit':>12}"
+    header = f"{'policy':<24} {'dtype':<13} {'check':<17} {'verdict':<14} {'checks':>6} {'worst/limit':>12}"
     print(header, file=out)
     print("-" * len(header), file=out)
     for g in groups:
         print(
-            f"{short_name(g.policy):<24} {g.dtype:<13} {g.kind:<17} {g.verdict:<11} {g.checks:>6} {g.worst_text:>12}",
+            f"{short_name(g.policy):<24} {g.dtype:<13} {g.kind:<17} {g.verdict:<14} {g.checks:>6} {g.worst_text:>12}",
             file=out,
         )
     for g in groups:
-        # Batch invariance is the card's property: said once per card below.
+        # Batch invariance is the card's property: said once per card below; INCONCLUSIVE all at once.
         if (g.failed or g.findings) and not (g.kind == CheckKind.BATCH_INVARIANCE and not g.failed):
             label = "FAIL" if g.failed else "finding (not gating)"
             print(f"  {label} {g.policy} {g.dtype} {g.kind}: {g.first_failure}", file=out)
+    for line in inconclusive_lines(checks):
+        print(f"  {line}", file=out)
     for line in batch_invariance_lines(checks):
         print(f"  {line}", file=out)
     for policy, flag in (without_episodes or {}).items():
@@ -164,9 +179,45 @@ def print_summary(
     for note in notes or []:
         print(f"  {note}", file=out)
     counts = f"{checks.num_rows} checks, {gating.num_rows} gating, {n_failed} failed"
+    n_inconclusive = len(undecided(checks))
+    if n_inconclusive:
+        counts += f", {n_inconclusive} inconclusive"
     if units_done:
         counts = f"{units_done[0]} of {units_done[1]} units done and kept; {counts}"
     print(f"run {run_id}: {status.upper()} ({counts})", file=out)
+
+
+def undecided(checks: pa.Table) -> list[dict[str, Any]]:
+    """The closed-loop verdicts their episodes could not decide (INCONCLUSIVE)."""
+    if "outcome" not in checks.column_names:
+        return []
+    return [r for r in checks.filter(pc.equal(checks.column("outcome"), str(Outcome.INCONCLUSIVE))).to_pylist()]
+
+
+def inconclusive_lines(checks: pa.Table) -> list[str]:
+    """Closed-loop verdicts their episodes cannot decide, said loudly: how many, which, whether
+    they gate, and how to decide them."""
+    rows = undecided(checks)
+    if not rows:
+        return []
+    gating = sum(r["gating"] for r in rows)
+    needed = [r["episodes_needed"] for r in rows if r["episodes_needed"] is not None]
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(Counter(r["kind"] for r in rows).items()))
+    how = f"--episodes {max(needed)} (the most any says would decide) or " if needed else ""
+    gate = (
+        f"{gating} of them gate (--require-conclusive)"
+        if gating
+        else "not gating and never a pass (--require-conclusive makes them gate)"
+    )
+    lines = [
+        f"INCONCLUSIVE: {len(rows)} closed-loop verdicts ({kinds}) cannot tell from their episodes whether the "
+        f"card loses more return than the margin; {gate}; decide them with {how}--episodes auto"
+    ]
+    for r in rows[:MAX_SHOWN]:
+        lines.append(f"  {short_name(r['policy'])} {r['dtype']} {r['workload']} {r['device_a']}: {r['detail']}")
+    if len(rows) > MAX_SHOWN:
+        lines.append(f"  ... and {len(rows) - MAX_SHOWN} more (harness report shows them all)")
+    return lines
 
 
 def batch_invariance_lines(checks: pa.Table) -> list[str]:

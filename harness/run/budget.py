@@ -24,7 +24,7 @@ from harness.devices import accelerator
 from harness.envs.registry import entry_point, max_episode_steps
 from harness.errors import UsageError
 from harness.policies import PolicyNet
-from harness.run.options import BenchConfig, CommonOptions, SweepConfig
+from harness.run.options import AUTO_EPISODES, BenchConfig, CommonOptions, SweepConfig
 from harness.run.place import cluster_address
 from harness.run.plan import EDGE_BATCH, uniform_rows
 from harness.workloads import noise_shape
@@ -128,7 +128,7 @@ def available_memory() -> int:
 
 def estimate(config: CommonOptions, policies: dict[str, PolicyNet], n_cards: int) -> Estimate:
     """The memory of a sweep or a bench of `policies` on `n_cards` cards."""
-    episodes = config.episodes if isinstance(config, SweepConfig) else max(config.batch_sizes)
+    episodes = most_episodes(config) if isinstance(config, SweepConfig) else max(config.batch_sizes)
     dtypes, actors = len(config.dtypes), n_cards + (1 if isinstance(config, SweepConfig) else 0)
     driver = object_store = weights = largest_unit = 0
     for policy in policies.values():
@@ -146,6 +146,11 @@ def estimate(config: CommonOptions, policies: dict[str, PolicyNet], n_cards: int
         forward = max(sizes) * activation_bytes_per_row(policy)
         largest_unit = max(largest_unit, forward, episode_bytes(policy, episodes) if policy.info.env_id else 0)
     return Estimate(driver, object_store, actors * (ACTOR_BYTES + weights + largest_unit))
+
+
+def most_episodes(config: SweepConfig) -> int:
+    """The largest episode unit: `--episodes`, or with auto its cap (no round is larger)."""
+    return config.auto_max_episodes if config.episodes == AUTO_EPISODES else config.episodes
 
 
 def input_bytes_per_row(policy: PolicyNet) -> int:

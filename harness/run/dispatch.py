@@ -29,6 +29,7 @@ import ray
 from harness.dtypes import base_dtype
 from harness.envs.spec import EnvSpec
 from harness.judge.verdicts import (
+    HONEST,
     REFERENCE,
     Check,
     Rules,
@@ -36,12 +37,11 @@ from harness.judge.verdicts import (
     judge_batch_invariance,
     judge_episodes,
     judge_onnx,
-    judge_published,
 )
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import GOLDEN
 from harness.run.place import Placement
-from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, PublishedWork, Unit
+from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
 from harness.store.schema import CheckRow, EpisodeRow
 from harness.workloads import ObsBatch
 
@@ -55,6 +55,7 @@ class Role(StrEnum):
     FLOAT32 = "float32"  # CPU float32: the tolerance table's reference, and the episodes'
     SAME = "same"  # the CPU in the card's dtype: the port rule's yardstick
     ONNX = "onnx"  # onnxruntime on the original file
+    HONEST = "honest"  # the CPU float32's episodes replayed under the honest-card model
 
 
 class SharedRefs:
@@ -120,10 +121,11 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
         key = ("reference", unit.policy, batch.sha256, as_dtype)
         return once(key, lambda: reference.run_batch.remote(unit.policy, as_dtype, batch.obs, batch.noise))
 
-    def reference_episodes(episodes: EpisodeWork) -> ray.ObjectRef:
-        # Keyed by the episodes: the unit of every dtype and the published score's share them.
-        key = ("reference", unit.policy, episodes.input_sha256, "float32")
-        return once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *episode_args(episodes)))
+    def reference_episodes(episodes: EpisodeWork, honest: bool) -> ray.ObjectRef:
+        # Keyed by the episodes: the unit of every dtype shares them.
+        key = ("reference", unit.policy, episodes.input_sha256, "float32", honest)
+        args = episode_args(episodes)
+        return once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *args, honest))
 
     def whole_batch(batch_work: BatchWork | InvarianceWork) -> list[ray.ObjectRef]:
         obs, noise = batch_work.batch.obs, batch_work.batch.noise
@@ -151,9 +153,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
             }
         case EpisodeWork():
             job.cards = [c.run_episodes.remote(unit.policy, dtype, *episode_args(work)) for c in cards]
-            job.references = {Role.FLOAT32: reference_episodes(work)}
-        case PublishedWork():
-            job.references = {Role.FLOAT32: reference_episodes(work.episodes)}
+            job.references = {Role.FLOAT32: reference_episodes(work, False), Role.HONEST: reference_episodes(work, True)}
         case _:
             assert_never(work)
     return job
@@ -180,11 +180,8 @@ def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathere
         case LoaderWork():
             return judge_onnx(rules, refs[Role.ONNX], refs[Role.FLOAT32], refs[Role.GOLDEN]), []
         case EpisodeWork():
-            checks, steps = judge_episodes(got.cards, refs[Role.FLOAT32])
-            return checks, episode_rows(unit, work, got.cards, refs[Role.FLOAT32], steps)
-        case PublishedWork():
-            score = work.published
-            return judge_published(refs[Role.FLOAT32], score.mean, score.std, score.source, rules.published_gates), []
+            checks, steps = judge_episodes(got.cards, refs[Role.FLOAT32], refs[Role.HONEST])
+            return checks, episode_rows(unit, work, got.cards, refs[Role.FLOAT32], refs[Role.HONEST], steps)
         case _:
             assert_never(work)
 
@@ -212,11 +209,12 @@ def episode_rows(
     work: EpisodeWork,
     cards: dict[str, list[EpisodeOutput]],
     reference: list[EpisodeOutput],
+    honest: list[EpisodeOutput],
     steps: dict[str, list[int | None]],
 ) -> list[EpisodeRow]:
-    """One row per device and episode, the CPU reference first."""
+    """One row per device and episode: the CPU reference, its honest-card replay, each card."""
     rows = []
-    for label, episodes in {REFERENCE: reference, **cards}.items():
+    for label, episodes in {REFERENCE: reference, HONEST: honest, **cards}.items():
         for i, episode in enumerate(episodes):
             rows.append(
                 EpisodeRow(

@@ -1,8 +1,10 @@
 """Where a card parts from the others or from the golden: the first layer, found by capturing
 every layer's output on both sides for the same input (the judge says which layer; this asks
 the actors to capture). Run once per failing card, dtype and kind of check; later batches that
-fail the same way name that batch's answer instead of searching again. The captures queue behind
-the actors' other work and are waited for as any result is (harness/run/gather.py)."""
+fail the same way name that batch's answer instead of searching again. Where the dtype itself
+overflows (the CPU in the card's dtype too), the layer where that begins, from the CPU
+reference's captures, once per policy and dtype. The captures queue behind the actors' other
+work and are waited for as any result is (harness/run/gather.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from harness.dtypes import base_dtype
 from harness.errors import first_line
 from harness.inference.capture import layer_modules
 from harness.judge.kinds import CheckKind
-from harness.judge.localize import first_divergent_layer, first_layer_off_golden
+from harness.judge.localize import first_divergent_layer, first_layer_off_golden, first_overflow_layer
 from harness.judge.verdicts import Rules
 from harness.policies import GOLDEN, PolicyNet
 from harness.run.gather import Watch
@@ -21,6 +23,8 @@ from harness.run.plan import BatchWork, Unit
 from harness.store.schema import CheckRow
 
 SEARCHED = (CheckKind.CROSS_CARD, CheckKind.CPU_REFERENCE)
+# The dtype's own checks that fail on values it cannot hold: each names where the overflow began.
+OVERFLOWED = (CheckKind.TOLERANCE, CheckKind.DECISIONS)
 
 
 def localize_failures(
@@ -66,6 +70,36 @@ def localize_failures(
             note = divergence.describe() if divergence else "no layer differs on a second run: the mismatch did not repeat"
         found[key] = f"as found on {unit.workload}: {note}"
         append_detail(rows, kind, label, note)
+
+
+def localize_overflow(
+    placement: Placement, watch: Watch, policy: PolicyNet, unit: Unit, rows: list[CheckRow], found: dict[tuple[str, str], str]
+) -> None:
+    """Where a batch overflows the dtype (a port row forgave it: `n_overflow`), the layer where
+    the CPU in that dtype first computes a value that is not finite, named on the forgiving port
+    rows and on the dtype's failing rows of those cards. Searched once per policy and dtype."""
+    work = unit.work
+    assert isinstance(work, BatchWork)
+    cards = {r.device_a for r in rows if r.kind == CheckKind.CPU_REFERENCE and r.n_overflow}
+    if not cards:
+        return
+    key = (unit.policy, unit.dtype)
+    if key not in found:
+        what = f"the overflow search of {unit.policy} {unit.dtype} {unit.workload}"
+        asked = [placement.reference.capture.remote(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN)]
+        try:
+            acts, golden = watch.get(watch.follow(watch.reference, asked, what))
+        except ray.exceptions.RayError as exc:
+            found[key] = f"overflow search failed: {first_line(exc)}"
+        else:
+            overflow = first_overflow_layer(acts, golden, modules=layer_modules(policy))
+            note = overflow.describe(unit.dtype) if overflow else "no layer overflows on a second run"
+            found[key] = f"{note} (as found on {unit.workload})"
+    for row in rows:
+        named = row.kind == CheckKind.CPU_REFERENCE and row.n_overflow
+        failed = row.kind in OVERFLOWED and not row.passed
+        if row.device_a in cards and (named or failed):
+            row.detail = f"{row.detail}; {found[key]}" if row.detail else found[key]
 
 
 def append_detail(rows: list[CheckRow], kind: CheckKind, label: str, note: str) -> None:

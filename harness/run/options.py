@@ -17,7 +17,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from harness.devices.registry import AUTO, auto_help, choices
 from harness.devices.precision import PRECISIONS
@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 DEFAULT_POLICIES = ("cartpole", "huggy-arch")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
 EPISODE_BATCHINGS = ("lockstep", "single")
+AUTO_EPISODES: Literal["auto"] = "auto"
+"""`--episodes auto`: rounds of episodes until every closed-loop verdict is conclusive."""
 ACTION_KINDS = ("discrete", "continuous")
 # Seeds feed numpy's and gymnasium's generators and the episodes' int64 seed arrays: a 32-bit
 # range is what every one of them takes, and seed + episodes stays far inside int64.
@@ -71,6 +73,9 @@ class Meta:
     above: float | None = None
     at_most: float | None = None
     nonempty: bool = False
+    parse: Callable[[Any], Any] | None = None
+    """A value of a type of its own (`--episodes 24` or `auto`): turns the flag's text or the TOML
+    value into the field's value; ValueError with what it takes. Bounds are its business."""
 
     def allowed(self) -> tuple[str, ...] | None:
         return self.choices() if callable(self.choices) else self.choices
@@ -85,6 +90,9 @@ class Meta:
         """UsageError naming the flag, the value and what it may be, for a value outside the
         choices or the bounds; None (an unset optional value) is always fine."""
         if value is None:
+            return
+        if self.parse is not None:
+            _parsed(self, value)
             return
         values = value if isinstance(value, list) else [value]
         if self.nonempty and not values:
@@ -130,7 +138,7 @@ def redefault(base: type, name: str, default: Any) -> Any:
     return option(
         **{k: getattr(meta, k) for k in ("flag", "help", "kind", "type")},
         default=default,
-        **{k: getattr(meta, k) for k in ("metavar", "choices", "at_least", "above", "at_most", "nonempty")},
+        **{k: getattr(meta, k) for k in ("metavar", "choices", "at_least", "above", "at_most", "nonempty", "parse")},
     )
 
 
@@ -138,6 +146,31 @@ def _env_impls() -> tuple[str, ...]:
     from harness.envs import IMPLS
 
     return ("auto", *IMPLS)
+
+
+def episode_count(value: Any) -> int | Literal["auto"]:
+    """`--episodes`: a count (0 or more) or `auto`."""
+    if value == AUTO_EPISODES:
+        return AUTO_EPISODES
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError("expected a count of episodes (0 or more) or auto, e.g. 24")
+    try:
+        count = int(value)
+    except ValueError:
+        raise ValueError("expected a count of episodes (0 or more) or auto, e.g. 24") from None
+    if count < 0:
+        raise ValueError("must be at least 0, or auto")
+    return count
+
+
+def return_margin(value: Any) -> str:
+    """`--return-margin`: checked here, read by the judge (harness.judge.returns.Margin)."""
+    from harness.judge.returns import Margin
+
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise ValueError("expected a return (10) or a fraction of the spread (0.5std)")
+    Margin.parse(str(value))
+    return str(value)
 
 
 @dataclass
@@ -228,13 +261,45 @@ class CommonOptions:
 class SweepConfig(CommonOptions):
     """`harness sweep`: validate policies on every card against each other and the CPU."""
 
-    episodes: int = option(
+    episodes: int | Literal["auto"] = option(
         "--episodes",
-        "seeded episodes per mode (deterministic, stochastic) and dtype, for every policy with an environment",
+        "seeded episodes per mode (deterministic, stochastic) and dtype, for every policy with an environment; auto: "
+        "rounds of episodes until every closed-loop verdict is conclusive or a cap is reached (--auto-max-episodes, "
+        "--auto-max-seconds)",
         4,
+        metavar="N|auto",
+        parse=episode_count,
+    )
+    return_margin: str = option(
+        "--return-margin",
+        "how much lost return matters to a closed-loop verdict: a fraction of the environment's per-episode spread "
+        "(0.5std), or a return (10)",
+        "0.5std",
+        metavar="Fstd|RETURN",
+        parse=return_margin,
+    )
+    require_conclusive: bool = option(
+        "--require-conclusive",
+        "fail the run when a closed-loop verdict is INCONCLUSIVE (its episodes cannot tell whether the card loses "
+        "more return than the margin); without it they are reported, never passed, and do not gate",
+        False,
+        "on",
+    )
+    auto_max_episodes: int = option(
+        "--auto-max-episodes",
+        "with --episodes auto: play at most this many episodes per mode",
+        1000,
         type=int,
         metavar="N",
-        at_least=0,
+        at_least=1,
+    )
+    auto_max_seconds: float = option(
+        "--auto-max-seconds",
+        "with --episodes auto: start no further round of episodes after this many seconds of them",
+        600.0,
+        type=float,
+        metavar="S",
+        above=0,
     )
     episode_batching: str = option(
         "--episode-batching",
@@ -265,15 +330,16 @@ class SweepConfig(CommonOptions):
     )
     require_published_return: bool = option(
         "--require-published-return",
-        "fail the run when the CPU float32's mean episode return is not within the published score's standard "
-        "deviation (where the policy's files state one: a model card's mean_reward, results.json)",
+        "fail the run when the CPU float32's returns fall short of the published score by more than the margin "
+        "(where the policy's files state one: a model card's mean_reward, results.json)",
         False,
         "on",
     )
     inject_fault: list[str] = option(
         "--inject-fault",
-        "fault for negative tests, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
-        "fp16-accumulate, mkl-avx2, crash-once, crash-always, hang-once, hang; repeatable",
+        "fault for negative tests, card<N>:KIND or all:KIND; KIND: ulp-noise (an honest card), perturb-weight, "
+        "corrupt-weight, reduced-fp32, fp16-accumulate, action-bias[=SIZE], noisy-sampler[=SIZE], mkl-avx2, "
+        "crash-once, crash-always, hang-once, hang; repeatable",
         [],
         "append",
         metavar="SPEC",
@@ -365,7 +431,8 @@ class BenchConfig(CommonOptions):
     inject_fault: list[str] = option(
         "--inject-fault",
         "fault in the timed path only, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
-        "fp16-accumulate; the audit against the sweep's path must then fail; repeatable",
+        "fp16-accumulate, ulp-noise, action-bias[=SIZE], noisy-sampler[=SIZE]; the audit against the sweep's path "
+        "must then fail; repeatable",
         [],
         "append",
         metavar="SPEC",
@@ -431,6 +498,8 @@ def config_from_args(args: argparse.Namespace, config_type: type[Config]) -> Con
 
 def _from_flag(f: dataclasses.Field[Any], raw: Any) -> Any:
     meta = meta_of(f)
+    if meta.parse is not None:
+        return _parsed(meta, raw)
     if meta.kind == "csv":
         return split_csv(raw, meta.type)
     if meta.kind == "value" and meta.type is not str:
@@ -453,6 +522,12 @@ def read_toml(path: Path, config_type: type[CommonOptions]) -> dict[str, Any]:
 def _from_toml(path: Path, f: dataclasses.Field[Any], value: Any) -> Any:
     """A TOML value of the field's type; a list where the flag takes a list (or a comma string)."""
     kind, type_ = meta_of(f).kind, meta_of(f).type
+    parse = meta_of(f).parse
+    if parse is not None:
+        try:
+            return parse(value)
+        except ValueError as exc:
+            raise UsageError(f"{path}: {f.name} {value!r}: {exc}") from None
     if kind in ("csv", "append"):
         if isinstance(value, str) and kind == "csv":
             return split_csv(value, type_)
@@ -483,6 +558,14 @@ def split_csv(raw: str, type_: type) -> list[Any]:
         return [type_(part.strip()) for part in raw.split(",") if part.strip()]
     except ValueError:
         raise UsageError(f"{raw!r} is not a comma-separated list of {type_.__name__}") from None
+
+
+def _parsed(meta: Meta, raw: Any) -> Any:
+    assert meta.parse is not None
+    try:
+        return meta.parse(raw)
+    except ValueError as exc:
+        raise UsageError(f"{meta.flag} {raw!r}: {exc}") from None
 
 
 def _scalar(flag: str, raw: str, type_: type) -> Any:

@@ -20,8 +20,7 @@ from harness.envs.spec import EnvSpec, is_registered, require_registered
 from harness.errors import UsageError
 from harness.policies import PolicyNet, PolicySpec, load_policy, with_found_env
 from harness.policies.base import ObservationNormalizer, PolicyInfo
-from harness.policies.policy_files import PublishedScore
-from harness.run.options import CommonOptions, SweepConfig
+from harness.run.options import AUTO_EPISODES, CommonOptions, SweepConfig
 from harness.workloads import ObsBatch, make_batch
 
 EDGE_BATCH = 64
@@ -36,6 +35,8 @@ INVARIANCE_ROWS = (1, 8)
 LOADER_DTYPE = "float32"
 # A published score is compared with the CPU float32's episodes, whatever the cards run.
 PUBLISHED_DTYPE = "float32"
+# The first round of `--episodes auto`: enough pairs for an interval (harness.judge.returns.MIN_EPISODES).
+AUTO_FIRST_ROUND = 24
 
 
 @dataclass(frozen=True)
@@ -108,24 +109,7 @@ class EpisodeWork:
         return hashlib.sha256(f"{self.env.key}|{self.seeds}|{self.stochastic}|{self.batching}".encode()).hexdigest()
 
 
-@dataclass(frozen=True)
-class PublishedWork:
-    """The CPU float32's episodes of a unit, in the mode the score was published in, against the
-    score the policy's files state: on the CPU only, sharing that unit's reference run."""
-
-    episodes: EpisodeWork
-    published: PublishedScore
-
-    @property
-    def name(self) -> str:
-        return f"published-{self.episodes.name}"
-
-    @property
-    def input_sha256(self) -> str:
-        return self.episodes.input_sha256
-
-
-Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | PublishedWork
+Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork
 
 
 @dataclass(frozen=True)
@@ -226,10 +210,6 @@ def plan_units(
             units += [Unit(unit_id(policy, label, work), key, label, work) for work in works]
         if policy.info.onnx_path:
             units += [Unit(unit_id(policy, LOADER_DTYPE, LoaderWork(b)), key, LOADER_DTYPE, LoaderWork(b)) for b in batches]
-        published = policy.info.published
-        if published is not None:
-            scored = [PublishedWork(e, published) for e in inputs[key].episodes if e.stochastic != published.deterministic]
-            units += [Unit(unit_id(policy, PUBLISHED_DTYPE, work), key, PUBLISHED_DTYPE, work) for work in scored]
     return units
 
 
@@ -255,11 +235,13 @@ def largest_normal(batches: list[ObsBatch]) -> ObsBatch:
 
 
 def plan_episodes(config: SweepConfig, policy: PolicyNet) -> list[EpisodeWork]:
-    """Closed-loop episodes for policies that have an environment."""
+    """Closed-loop episodes for policies that have an environment: the first round of each mode
+    (with `--episodes auto`, harness/run/closed_loop.py plans the others)."""
     env = EnvSpec.played_by(policy.info)
-    if config.episodes == 0 or env is None:
+    count = AUTO_FIRST_ROUND if config.episodes == AUTO_EPISODES else config.episodes
+    if count == 0 or env is None:
         return []
-    seeds = tuple(range(config.seed, config.seed + config.episodes))
+    seeds = tuple(range(config.seed, config.seed + count))
     return [EpisodeWork(env, seeds, stochastic, config.episode_batching) for stochastic in (False, True)]
 
 

@@ -33,15 +33,16 @@ from harness.report.summary import print_summary
 from harness.run.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
 from harness.run.dispatch import SharedRefs, check_row, judge, submit
 from harness.run.gather import RunIncomplete, Watch, gather
-from harness.run.layer_search import localize_failures
+from harness.run.closed_loop import ClosedLoop
+from harness.run.layer_search import localize_failures, localize_overflow
 from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.run.phases import Phases
 from harness.run.options import SweepConfig, parse_tolerances, ratio_limits, validate
 from harness.run.place import Placement, cluster_address, dashboard_url, describe_actors, place_sweep
-from harness.run.plan import BatchWork, Inputs, Unit, load_policies, plan_inputs, plan_units
+from harness.run.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
-from harness.store.schema import RunRow
+from harness.store.schema import CheckRow, RunRow
 from harness.store.writer import RunWriter, read_run
 
 
@@ -129,12 +130,26 @@ def _sweep(
             units = plan_units(config, policies, inputs, dtype_labels(config.dtypes, cards))
             done = writer.done_units()
             todo = [u for u in units if u.unit_id not in done]
+            closed = ClosedLoop(config, policies)
+            _add_staged(closed, writer, [u for u in units if u.unit_id in done])
         run_row.n_cards, run_row.devices = n_cards, json.dumps([*cards, reference])
         writer.begin(run_row)
         watch = Watch(placement, [*cards, reference], config.hang_timeout)
-        summary: dict[str, object] = {"units": len(units), "resumed_units": len(units) - len(todo)}
+        n_units, n_resumed = len(units), len(units) - len(todo)
+        summary: dict[str, object] = {"units": n_units, "resumed_units": n_resumed}
+        dropped = Lost()
         try:
-            summary |= _fan_out_and_judge(config, placement, watch, policies, todo, writer, phases)
+            _fan_out_and_judge(config, placement, watch, policies, todo, writer, phases, closed, dropped)
+            while rounds := closed.next_round():
+                # --episodes auto: a further round of each undecided mode; one a resumed run staged is not run again.
+                _add_staged(closed, writer, [u for u in rounds if u.unit_id in done])
+                more = [u for u in rounds if u.unit_id not in done]
+                n_units, n_resumed = n_units + len(rounds), n_resumed + len(rounds) - len(more)
+                summary |= {"units": n_units, "resumed_units": n_resumed}
+                _fan_out_and_judge(config, placement, watch, policies, more, writer, phases, closed, dropped)
+            with phases("judge"):
+                _stage_verdicts(closed, writer, done)
+            summary |= {"dead_cards": sorted(dropped.dead), "resent_units": dropped.resent, "closed_loop": closed.describe()}
             asked = watch.follow(watch.reference, [placement.reference.compute_seconds.remote()], "its compute times")
             [reference_s] = watch.get(asked)
             replacements = watch.replacements()
@@ -142,7 +157,7 @@ def _sweep(
             lost = [str(loss) for loss in exc.losses]
             summary |= {"done_units": len(writer.done_units()), "events": watch.events, "lost": lost}
             writer.end(finish_run_row(run_row, INCOMPLETE, summary, phases))
-            return _incomplete(config, writer, phases, [*watch.events, *(f"LOST {line}" for line in lost)], len(units))
+            return _incomplete(config, writer, phases, [*watch.events, *(f"LOST {line}" for line in lost)], n_units)
 
     with phases("write"):
         checks, episodes = writer.staged()
@@ -162,7 +177,8 @@ def _sweep(
         }
         run_row.devices = json.dumps([*cards, reference, *replacements])
         writer.publish({"checks": checks, "episodes": episodes}, finish_run_row(run_row, status, summary, phases))
-    print_summary(checks, writer.run_id, status, sys.stdout, unplayed, renames, [*played, *watch.events])
+    notes = [*played, *watch.events, *([closed.describe()] if closed.auto else [])]
+    print_summary(checks, writer.run_id, status, sys.stdout, unplayed, renames, notes)
     said_at_the_end(writer.run_id, config.results, phases)
     return SweepOutcome(writer.run_id, passed, status, table_dir(writer.results, "checks", writer.run_id), phases, reference_s)
 
@@ -263,6 +279,40 @@ def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
         raise UsageError(f"--resume {run_id}: its stored configuration no longer validates: {exc}") from None
 
 
+def _add_staged(closed: ClosedLoop, writer: RunWriter, done: list[Unit]) -> None:
+    """Episode units a resumed run staged before: their rows, as the closed loop had them."""
+    for unit in done:
+        if isinstance(unit.work, EpisodeWork):
+            closed.add(unit, writer.staged_episodes(unit.unit_id))
+
+
+def _stage_verdicts(closed: ClosedLoop, writer: RunWriter, done: set[str]) -> None:
+    """The closed-loop verdicts, judged on every round of each mode; the cards' checks of a mode
+    are staged together, as one unit."""
+    units: dict[str, list[CheckRow]] = {}
+    for verdict in closed.verdicts():
+        row = check_row(
+            verdict.check,
+            unit_id=verdict.unit_id,
+            policy=verdict.policy,
+            dtype=verdict.dtype,
+            workload=verdict.workload,
+            input_sha256=verdict.input_sha256,
+        )
+        units.setdefault(verdict.unit_id, []).append(row)
+    for unit_id, rows in units.items():
+        if unit_id not in done:
+            writer.stage_unit(unit_id, rows, [])
+
+
+@dataclass
+class Lost:
+    """What fanning out lost, over every round: the cards that produced nothing, the units sent again."""
+
+    dead: set[str] = field(default_factory=set)
+    resent: int = 0
+
+
 def _fan_out_and_judge(
     config: SweepConfig,
     placement: Placement,
@@ -271,18 +321,19 @@ def _fan_out_and_judge(
     units: list[Unit],
     writer: RunWriter,
     phases: Phases,
-) -> dict[str, object]:
+    closed: ClosedLoop,
+    lost: Lost,
+) -> None:
     """Send every unit to every actor at once, then judge units in order as results arrive; a
     unit's ObjectRefs are let go once it is gathered. A unit whose results came from two nodes
-    (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. Returns what the
-    runs summary says of it: the cards that produced nothing, the units sent again."""
+    (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. What the runs
+    summary says of it goes into `lost`; each episode unit's rows into `closed`."""
     limits, user_tolerances = ratio_limits(config), parse_tolerances(config.tolerance)
     shared = SharedRefs()
     with phases("fanout"):
         pending = deque(watch.track(submit(placement, unit, shared)) for unit in units)
-    dead: set[str] = set()
-    resent = 0
     layers: dict[tuple[str, str, CheckKind, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
+    overflows: dict[tuple[str, str], str] = {}  # (policy, dtype) -> where the dtype overflows, once
     bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not config.progress, file=sys.stderr)
     try:
         while pending:
@@ -293,22 +344,14 @@ def _fan_out_and_judge(
             shared.release(job.shared)
             if gathered is None:
                 pending.append(watch.track(submit(placement, unit, None)))
-                resent += 1
+                lost.resent += 1
                 continue
             got, errors = gathered
-            dead.update(error.device_a for error in errors)
+            lost.dead.update(error.device_a for error in errors)
             with phases("judge"):
                 tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
                 policy = policies[unit.policy]
-                rules = Rules(
-                    unit.dtype,
-                    limits,
-                    tolerance,
-                    user_set,
-                    policy.bounded_outputs(),
-                    published_gates=config.require_published_return,
-                    scores=head_name(policy),
-                )
+                rules = Rules(unit.dtype, limits, tolerance, user_set, policy.bounded_outputs(), scores=head_name(policy))
                 checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
                 rows = [
                     check_row(
@@ -323,9 +366,11 @@ def _fan_out_and_judge(
                 ]
                 if isinstance(unit.work, BatchWork):
                     localize_failures(placement, watch, policy, unit, rows, rules, layers)
+                    localize_overflow(placement, watch, policy, unit, rows, overflows)
             with phases("write"):
                 writer.stage_unit(unit.unit_id, rows, episodes)
+            if isinstance(unit.work, EpisodeWork):
+                closed.add(unit, episodes)
             bar.update(1)
     finally:
         bar.close()
-    return {"dead_cards": sorted(dead), "resent_units": resent}

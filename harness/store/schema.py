@@ -53,6 +53,9 @@ class CheckRow:
     max_floor: float | None = None
     max_ratio: float | None = None  # max_abs / max(cpu_golden_max_abs, max_floor)
     ratio_limit: float | None = None
+    # elements not finite on the card where the golden is, all where the CPU in the dtype is not either: the
+    # dtype's overflow, forgiven by the port rule (the ratios then cover the values both computed finitely)
+    n_overflow: int | None = None
     # the tolerance rule (tolerance): pass when max_abs <= atol + rtol * ref_max_abs and cosine >= min_cos
     ref_max_abs: float | None = None
     atol: float | None = None
@@ -63,22 +66,40 @@ class CheckRow:
     n_near_ties: int | None = None
     max_flip_margin: float | None = None
     flip_margin_limit: float | None = None
-    # episodes (cross_card on trajectories, episode_return)
+    # episodes (cross_card on trajectories, episode_return): the first episode that parts from the other side's
     episode_seed: int | None = None
     first_divergent_step: int | None = None
+    # closed-loop returns as distributions (episode_return, published_return; README, "Closed-loop returns"):
+    # a's and b's mean and interquartile mean with their 95% intervals (b: the CPU float32's, or the published
+    # mean), the difference a - b (paired by seed) with its interval; outcome pass when return_diff_low >
+    # -return_margin, fail when return_diff_high < -return_margin, else inconclusive
+    outcome: str | None = None
     return_a: float | None = None
+    return_a_low: float | None = None
+    return_a_high: float | None = None
+    iqm_a: float | None = None
+    iqm_a_low: float | None = None
+    iqm_a_high: float | None = None
     return_b: float | None = None
-    return_rel_diff: float | None = None
-    return_rtol: float | None = None
-    # the published score (published_return): pass when return_abs_diff <= return_atol, return_b the published mean
-    return_abs_diff: float | None = None
-    return_atol: float | None = None
+    return_b_low: float | None = None
+    return_b_high: float | None = None
+    iqm_b: float | None = None
+    iqm_b_low: float | None = None
+    iqm_b_high: float | None = None
+    return_diff: float | None = None
+    return_diff_low: float | None = None
+    return_diff_high: float | None = None
+    return_margin: float | None = None
+    episodes_needed: int | None = None  # inconclusive: how many episodes would likely decide
     published_std: float | None = None
     detail: str = ""
 
 
 @dataclass
 class EpisodeRow:
+    """One episode on one device: a card, the CPU float32 (`cpu`), or the CPU float32 replaying
+    the seed under the honest-card model (`cpu-ulp-noise`: where an honest port parts from it)."""
+
     unit_id: str
     policy: str
     dtype: str

@@ -167,6 +167,13 @@ class RunWriter:
     def done_units(self) -> set[str]:
         return done_units(self.staging)
 
+    def staged_episodes(self, unit_id: str) -> list[EpisodeRow]:
+        """The episode rows a done unit staged (none for most units)."""
+        path = self.staging / f"{unit_id}.episodes.parquet"
+        if not path.exists():
+            return []
+        return [EpisodeRow(**row) for row in pq.read_table(path, schema=SCHEMAS["episodes"]).to_pylist()]
+
     def staged(self) -> tuple[pa.Table, pa.Table]:
         return read_staged(self.staging)
 
