@@ -19,6 +19,7 @@ from harness.policies import load_policy
 from harness.run.closed_loop import ClosedLoop
 from harness.run.options import SweepConfig
 from harness.run.plan import EpisodeWork, Unit, plan_inputs, plan_units
+from harness.store.claim import Claim
 from harness.store.schema import EpisodeRow
 from harness.store.writer import RunWriter
 from tests import builders
@@ -236,14 +237,15 @@ def test_a_resumed_auto_run_plays_the_rounds_an_uninterrupted_one_would(near_tie
     [round2] = uninterrupted.next_round()
     assert round1.work.seeds[0] == 24 and round2.work.seeds[0] == round1.work.seeds[-1] + 1
 
-    writer = RunWriter(tmp_path, "auto")
-    for unit in (first, round1):
-        writer.stage_unit(unit.unit_id, [], played(unit))
-    resumed = ClosedLoop(config, policies)
-    resumed.add(first, writer.staged_episodes(first.unit_id))
-    assert resumed.next_round() == [round1]
-    resumed.add(round1, writer.staged_episodes(round1.unit_id))
-    assert resumed.next_round() == [round2]
+    with Claim.take(tmp_path, "auto", False, "2026-12-01T00:00:00+00:00") as claim:
+        writer = RunWriter(claim)
+        for unit in (first, round1):
+            writer.stage_unit(unit.unit_id, [], played(unit))
+        resumed = ClosedLoop(config, policies)
+        resumed.add(first, writer.staged_episodes(first.unit_id))
+        assert resumed.next_round() == [round1]
+        resumed.add(round1, writer.staged_episodes(round1.unit_id))
+        assert resumed.next_round() == [round2]
     assert [v.unit_id for v in resumed.verdicts()] == [v.unit_id for v in uninterrupted.verdicts()]
 
 
