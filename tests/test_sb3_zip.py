@@ -216,7 +216,7 @@ def test_pickle_payload_is_never_executed(relu_zip: tuple[PPO, Path], tmp_path: 
     assert not marker.exists()
 
 
-SOFTSIGN = "<class 'torch.nn.modules.activation.Softsign'>"  # a real torch activation, not one we map
+SOFTMAX = "<class 'torch.nn.modules.activation.Softmax'>"  # a real torch.nn class, but no elementwise activation
 
 
 def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
@@ -245,8 +245,8 @@ def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
             r"policy_net.0.weight is shape \(32, 4\).*expects \(32, 5\)",
         ),
         "unknown-torch-activation": (
-            data("softsign", lambda d: d[kwargs].update(activation_fn=SOFTSIGN)),
-            "unknown activation Softsign",
+            data("softmax", lambda d: d[kwargs].update(activation_fn=SOFTMAX)),
+            "unknown activation Softmax",
         ),
         "custom-activation": (
             data("custom", lambda d: d[kwargs].update(activation_fn="<class '__main__.MySwish'>")),
