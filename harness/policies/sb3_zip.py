@@ -3,9 +3,9 @@
 The save names its policy class; one table (`FAMILIES`) says which family rebuilds it, and with
 which features extractor by default: actor-critic (PPO, A2C, TRPO, with or without gSDE),
 Q-networks (DQN, QR-DQN), deterministic actors (TD3, DDPG), squashed Gaussian actors (SAC,
-TQC, CrossQ), ARS; each as an MLP, CNN or dict-observation policy. Its `policy_kwargs` are
-read where they decide the network and refused by name where unknown (`sb3.options`). A class the table does not hold is
-refused by name, with what is supported. How the zip and its `data` are read is
+TQC, CrossQ), ARS; each as an MLP, CNN or dict-observation policy. A class the table does not
+hold is refused by name, with what is supported; so is a `policy_kwargs` key that could change
+the network and is not read (`sb3.options`). How the zip and its `data` are read is
 `sb3.archive`; each family is a module of `harness.policies.sb3`.
 
 The files beside the zip (`policy_files`) say what the zip does not: the environment (the RL
