@@ -19,6 +19,8 @@ from harness.policies.export_onnx import ACTIVATIONS, DEFAULT_OPSET, OPSETS, exp
 from harness.policies.huggy import huggy_arch
 from harness.policies.mlagents_onnx import load_mlagents_onnx
 from harness.policies.sb3.archive import ACTIVATIONS as READ_ACTIVATIONS
+from harness.policies import PolicySpec, load_policy
+from tests.builders import tiny_graph
 from tests.helpers import cli
 
 TOL = 1e-6
@@ -138,6 +140,14 @@ def test_a_module_it_does_not_write_is_refused_by_name(tmp_path: Path) -> None:
         export_onnx(discrete_policy(nn.ReLU, body=body), tmp_path / "softmax.onnx")
     with pytest.raises(UsageError, match=r"cannot export GELU\(approximate='tanh'\)"):
         export_onnx(discrete_policy(nn.ReLU, body=nn.Sequential(nn.Linear(4, 64), nn.GELU("tanh"))), tmp_path / "g.onnx")
+
+
+def test_a_graph_rebuilt_from_onnx_is_refused_naming_its_own_file(tmp_path: Path) -> None:
+    path = tiny_graph("Relu", tmp_path / "relu.onnx")
+    policy = load_policy(PolicySpec(str(path), action_kind="continuous"))
+    with pytest.raises(UsageError) as refused:
+        export_onnx(policy, tmp_path / "again.onnx")
+    assert f"cannot export GraphModule at body (it came as ONNX: {path} is its graph already)" in str(refused.value)
 
 
 def test_discrete_export_is_not_taken_for_an_mlagents_one(tmp_path: Path) -> None:
