@@ -363,13 +363,13 @@ MLAGENTS_EXPORT = "ball.onnx"
 
 def mlagents_export(folder: Path, seed: int = 0) -> Path:
     """The stand-in for ML-Agents 3DBall: 8 observations, 2 continuous actions, 2 x 128 Swish, a
-    normalizer; written as an ML-Agents model version 3 export (opset 9) by `export_onnx`, from
-    an ML-Agents checkpoint. `<folder>/ball.onnx`."""
+    normalizer; written as an ML-Agents model version 3 export by `export_onnx`, from an ML-Agents
+    checkpoint, at opset 9 as ML-Agents writes it. `<folder>/ball.onnx`."""
     folder.mkdir(parents=True, exist_ok=True)
     checkpoint = folder / "ball.pt"
     torch.save({"Policy": mlagents_state_dict((8,), hidden=128, actions=2, seed=seed)}, checkpoint)
     out = folder / MLAGENTS_EXPORT
-    export_onnx(load_mlagents_pt(checkpoint), out)
+    export_onnx(load_mlagents_pt(checkpoint), out, opset=9)
     checkpoint.unlink()
     return out
 

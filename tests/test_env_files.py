@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from harness.envs.registry import check_env, env_spaces
-from harness.envs.renames import RENAMES
+from harness.envs.renames import MUJOCO, RENAMES
 from harness.envs.spec import EnvSpec, is_registered, make_env, require_registered
 from harness.errors import PolicyLoadError, UsageError
 from harness.policies import CARTPOLE_ZIP, load_policy
@@ -106,15 +106,19 @@ def test_a_renamed_id_plays_as_gymnasium_calls_it_now_and_says_so(tmp_path: Path
 
 def test_every_rename_is_from_an_id_gymnasium_refuses_to_one_it_registers(tmp_path: Path) -> None:
     """Where the installed gymnasium still registers an old id (Taxi-v3 before 1.3, as next to
-    torch 2.6's SB3), the id is played as it is; otherwise gymnasium refuses it as deprecated and
-    registers the id it is mapped to."""
+    torch 2.6's SB3), the id is played as it is; otherwise gymnasium refuses it (as deprecated, or
+    for MuJoCo's mujoco-py ids as moved to gymnasium-robotics) and registers the id it is mapped to."""
     for old, rename in RENAMES.items():
         policy = with_gymnasium_id(load_policy(str(zoo_files(tmp_path / old, old, {}, {}))))
         if is_registered(old):
             assert (policy.info.env_id, policy.info.env_renamed_from) == (old, ""), old
             continue
-        with pytest.raises(gym.error.DeprecatedEnv):
-            gym.spec(old)
+        if old in MUJOCO:
+            with pytest.raises(ImportError, match="moved to the gymnasium-robotics project"):
+                gym.make(old)
+        else:
+            with pytest.raises(gym.error.DeprecatedEnv):
+                gym.spec(old)
         require_registered(rename.env_id)
         assert (policy.info.env_id, policy.info.env_renamed_from) == (rename.env_id, old)
 

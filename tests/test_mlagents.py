@@ -109,7 +109,7 @@ def test_our_export_records_what_it_is(mlagents_export: Path) -> None:
     assert (info.source, info.action_kind, info.obs_sizes, info.action_size) == ("mlagents-onnx", "continuous", (8,), 2)
     assert info.sha256 == hashlib.sha256(mlagents_export.read_bytes()).hexdigest()
     assert info.onnx_path == str(mlagents_export)
-    assert info.detail == "harness export v3, opset 9, 2 x 128 SiLU"
+    assert info.detail == "harness export v3, opset 9, 2 x 128 SiLU"  # as ML-Agents writes it (tests/builders.py)
 
 
 def test_matches_onnxruntime_and_the_check_catches_a_wrong_weight(ball: Path) -> None:

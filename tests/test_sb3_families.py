@@ -1,16 +1,20 @@
-"""Every feed-forward policy family of SB3 and sb3-contrib, loaded from a save and checked against
-SB3's own networks on the same observations: the head, the deterministic action (`predict`), and
-the stochastic action given the same noise (SB3's distribution with the harness's draw; gSDE
-with SB3's exploration matrices set to the harness's). Box, image and dict observations, with
-and without VecNormalize; and each refusal, by name.
+"""Every feed-forward policy family of SB3 and sb3-contrib, and every constructor option they
+take that changes the network, loaded from a save and checked against SB3's own networks on the
+same observations: the head, the deterministic action (`predict`), and the stochastic action
+given the same noise (SB3's distribution with the harness's draw; gSDE with SB3's exploration
+matrices set to the harness's). Box, image and dict observations, with and without VecNormalize;
+each family's ONNX export against the harness's float32 policy through onnxruntime; and each
+refusal, by name.
 
 Models are built untrained by the installed SB3 and sb3-contrib, small, with their weights
-redrawn from N(0, 1) so that every layer matters, as tests/test_sb3_zip.py does.
+redrawn from N(0, 1) (batch norm statistics too) so that every layer matters, as
+tests/test_sb3_zip.py does.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import warnings
 import zipfile
@@ -21,11 +25,14 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import onnx
+import onnxruntime
 import pytest
 import torch
-from sb3_contrib import ARS, QRDQN, TQC, TRPO
+from sb3_contrib import ARS, QRDQN, TQC, TRPO, CrossQ
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.policies import BaseModel
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -36,6 +43,8 @@ from harness.inference.forward import forward_outputs, head_name
 from harness.judge.localize import first_divergent_layer
 from harness.policies import PolicyNet, cast_policy, load_policy
 from harness.policies.base import SamplingKind
+from harness.policies.export_onnx import export_onnx
+from harness.policies.sb3.archive import ACTIVATIONS
 from harness.policies.sb3_zip import load_sb3_zip
 from harness.workloads import EXPLORE, make_batch
 
@@ -54,6 +63,8 @@ class VectorEnv(gym.Env[np.ndarray, Any]):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
+        if seed is not None:  # the observations it samples, and so VecNormalize's statistics, are the seed's
+            self.observation_space.seed(seed)
         return self.observation_space.sample(), {}
 
     def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
@@ -171,14 +182,68 @@ FAMILIES: dict[str, Family] = {
         VectorEnv,
         vecnormalize={},
     ),
+    # Constructor options, each against SB3's own network.
+    "ars-mlp-no-bias-unsquashed": Family(
+        lambda env: ARS("MlpPolicy", env, policy_kwargs=small(with_bias=False, squash_output=False), device="cpu"), VectorEnv
+    ),
+    "ppo-separate-heads-silu": Family(
+        lambda env: PPO(
+            "MlpPolicy", env, policy_kwargs={"net_arch": {"pi": [16, 8], "vf": [4]}, "activation_fn": torch.nn.SiLU}, **ON
+        ),
+        VectorEnv,
+    ),
+    "ppo-cnn-separate-extractors-unnormalized": Family(
+        lambda env: PPO("CnnPolicy", env, policy_kwargs=cnn(share_features_extractor=False, normalize_images=False), **ON),
+        ImageEnv,
+    ),
+    "ppo-dict-unnormalized-images": Family(
+        lambda env: PPO("MultiInputPolicy", env, policy_kwargs={**multi(), "normalize_images": False}, **ON),
+        lambda: DictEnv(True),
+    ),
+    "dqn-cnn-unnormalized-elu": Family(
+        lambda env: DQN("CnnPolicy", env, policy_kwargs=cnn(normalize_images=False, activation_fn=torch.nn.ELU), **EPS, **OFF),
+        ImageEnv,
+    ),
+    "sac-pi-qf-shared-cnn": Family(
+        lambda env: SAC(
+            "CnnPolicy", env, policy_kwargs=cnn(net_arch={"pi": [8], "qf": [4]}, share_features_extractor=True), **OFF
+        ),
+        lambda: ImageEnv(False),
+    ),
+    "td3-pi-qf-leaky": Family(
+        lambda env: TD3(
+            "MlpPolicy", env, policy_kwargs={"net_arch": {"pi": [16], "qf": [4]}, "activation_fn": torch.nn.LeakyReLU}, **OFF
+        ),
+        VectorEnv,
+    ),
+    "crossq": Family(lambda env: CrossQ("MlpPolicy", env, policy_kwargs=small(), **OFF), VectorEnv, vecnormalize={}),
+    "crossq-gelu-eps-pi-qf": Family(
+        lambda env: CrossQ(
+            "MlpPolicy",
+            env,
+            policy_kwargs={"net_arch": {"pi": [16], "qf": [8]}, "activation_fn": torch.nn.GELU, "batch_norm_eps": 0.1},
+            **OFF,
+        ),
+        VectorEnv,
+    ),
+    "crossq-gsde": Family(lambda env: CrossQ("MlpPolicy", env, use_sde=True, policy_kwargs=small(), **OFF), VectorEnv),
+    "crossq-without-batch-norm": Family(
+        lambda env: CrossQ("MlpPolicy", env, policy_kwargs=small(batch_norm=False), **OFF), VectorEnv
+    ),
 }
 
 
 def redraw(model: BaseAlgorithm, seed: int = 0) -> None:
+    """Every weight from N(0, 1); batch norm statistics too (means N(0, 1), variances in [0.1, 4])."""
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for param in model.policy.parameters():
             param.copy_(torch.randn(param.shape, generator=gen))
+        for name, buffer in model.policy.named_buffers():
+            if name.endswith("ra_mean"):
+                buffer.copy_(torch.randn(buffer.shape, generator=gen))
+            elif name.endswith("ra_var"):
+                buffer.copy_(torch.rand(buffer.shape, generator=gen) * 3.9 + 0.1)
 
 
 @dataclass
@@ -198,6 +263,8 @@ def save_family(name: str, folder: Path) -> Saved:
     env: Any = family.env()
     if family.vecnormalize is not None:
         venv = VecNormalize(DummyVecEnv([family.env]), **family.vecnormalize)
+        venv.seed(0)
+        venv.action_space.seed(0)
         venv.reset()
         for _ in range(20):  # real statistics, not the initial zeros and ones
             venv.step(np.array([venv.action_space.sample()]))
@@ -240,11 +307,14 @@ def sb3_tensor(saved: Saved, raw: Any) -> Any:
 
 
 def sb3_head(saved: Saved, obs: Any) -> torch.Tensor:
-    """The output the harness calls the head, as SB3's own modules compute it."""
+    """The output the harness calls the head, as SB3's own modules compute it (in eval mode, as
+    predict runs them: CrossQ's batch norms from their running statistics)."""
     policy: Any = saved.model.policy
+    policy.set_training_mode(False)
     with torch.no_grad():
         if hasattr(policy, "action_net") and hasattr(policy, "mlp_extractor"):  # ActorCriticPolicy
-            features = policy.extract_features(obs, policy.pi_features_extractor)
+            # BaseModel's: ActorCriticPolicy's own gives (pi, vf) where the extractors are separate.
+            features = BaseModel.extract_features(policy, obs, policy.pi_features_extractor)
             return policy.action_net(policy.mlp_extractor.forward_actor(features))
         if hasattr(policy, "q_net"):
             return policy.q_net(obs)
@@ -274,7 +344,7 @@ def sb3_sample(saved: Saved, obs: Any, raw: Any, noise: torch.Tensor) -> np.ndar
                 return torch.argmax(dist.distribution.logits + noise, dim=-1).numpy()
             sample = dist.distribution.mean + noise * dist.distribution.stddev
             return np.clip(sample.numpy(), policy.action_space.low, policy.action_space.high)
-        if kind in ("SAC", "TQC"):
+        if kind in ("SAC", "TQC", "CrossQ"):
             actor = policy.actor
             if actor.use_sde:
                 actor.action_dist.exploration_matrices = noise * actor.get_std()
@@ -422,17 +492,14 @@ class Custom(BaseFeaturesExtractor):
         return torch.as_tensor(self.linear(x))
 
 
-def test_recurrent_maskable_and_crossq_policies_are_refused_by_name(tmp_path: Path) -> None:
-    from sb3_contrib import CrossQ, MaskablePPO, RecurrentPPO
+def test_recurrent_and_maskable_policies_are_refused_by_name(tmp_path: Path) -> None:
+    from sb3_contrib import MaskablePPO, RecurrentPPO
 
-    for algo, policy, kwargs, why in (
-        (RecurrentPPO, "MlpLstmPolicy", ON, "recurrent"),
-        (MaskablePPO, "MlpPolicy", ON, "action masks"),
-        (CrossQ, "MlpPolicy", OFF, "batch renormalization"),
-    ):
+    for algo, policy, why in ((RecurrentPPO, "MlpLstmPolicy", "recurrent"), (MaskablePPO, "MlpPolicy", "action masks")):
         path = tmp_path / f"{algo.__name__}.zip"
-        algo(policy, VectorEnv(algo is MaskablePPO), **kwargs).save(path)
-        message = refused(path, "is not supported", why, "supported: PPO, A2C, TRPO, DQN, QR-DQN, TD3, DDPG, SAC, TQC, ARS")
+        algo(policy, VectorEnv(algo is MaskablePPO), **ON).save(path)
+        supported = "supported: PPO, A2C, TRPO, DQN, QR-DQN, TD3, DDPG, SAC, TQC, CrossQ, ARS"
+        message = refused(path, "is not supported", why, supported)
         assert "Policy (sb3_contrib." in message
 
 
@@ -492,11 +559,167 @@ def test_vecnormalize_that_does_not_fit_the_observation_is_refused(tmp_path: Pat
     refused(saved.zip, "normalizes a Box, but model.zip takes a Dict observation", named=stats)
 
 
-def test_export_refuses_what_it_would_write_wrong(tmp_path: Path) -> None:
-    from harness.errors import UsageError
-    from harness.policies.export_onnx import export_onnx
+# The ONNX export of every family, against the harness's own float32 policy.
 
-    for name, what in (("dqn", "epsilon-greedy sampling"), ("sac", "tanh-squashed actions and a log std layer")):
+
+@dataclass
+class ExportError:
+    """An export's outputs against the harness's float32 policy on one batch, and the limit."""
+
+    head: float
+    action: float
+    limit: float
+    same_greedy: bool
+
+
+def export_error(policy: PolicyNet, path: Path, kind: str, rows: int) -> ExportError:
+    """onnxruntime on `path` against `policy`'s float32 outputs. onnxruntime's kernels round
+    otherwise than torch's, so the limit is float32's own error of the float64 golden on this
+    batch (the port rule's idea), doubled, or 1e-5 of the head's scale."""
+    session = onnxruntime.InferenceSession(str(path))
+    head = policy.head_output()
+    batch = make_batch(policy.info, kind, rows, 5)
+    feeds = {i.name: o.astype(np.float32) for i, o in zip(policy.info.inputs, batch.obs, strict=True)}
+    got = dict(zip([head, "deterministic_actions"], session.run(None, feeds), strict=True))
+    obs = tuple(torch.from_numpy(o) for o in batch.obs)
+    ours = forward_outputs(policy, obs, torch.from_numpy(batch.noise))
+    golden = forward_outputs(cast_policy(policy, GOLDEN), obs, torch.from_numpy(batch.noise))
+    limit = max(ATOL * max(1.0, float(ours[head].abs().max())), 2 * max_diff(ours[head], golden[head]))
+    # tanh and the bounds shrink an error, never grow it past the bounds' span
+    span = 1.0 if policy.action_low is None else float((policy.action_high - policy.action_low).max())
+    same = policy.info.action_kind != "discrete" or np.array_equal(got["deterministic_actions"], ours["action"].numpy())
+    action = max_diff(got["deterministic_actions"], ours["action"]) / max(1.0, span)
+    return ExportError(max_diff(got[head], ours[head]), action, limit, same)
+
+
+def test_export_matches_the_policy_through_onnxruntime(saved: Saved, tmp_path: Path) -> None:
+    """One input per observation input (float32, images holding 0-255), the head as a sweep names
+    it and the deterministic action, VecNormalize folded in: onnxruntime on the file gives the
+    harness's float32 outputs (and the greedy action: no near-tie among these rows)."""
+    policy = load_sb3_zip(saved.zip)
+    path = tmp_path / "policy.onnx"
+    export_onnx(policy, path)
+    session = onnxruntime.InferenceSession(str(path))
+    assert [i.name for i in session.get_inputs()] == [i.name for i in policy.info.inputs]
+    assert [o.name for o in session.get_outputs()] == [policy.head_output(), "deterministic_actions"]
+    for kind, rows in (("uniform", ROWS), ("normal", 1)):
+        error = export_error(policy, path, kind, rows)
+        assert error.head <= error.limit and error.action <= error.limit and error.same_greedy, (saved.name, error)
+
+
+def test_an_export_with_a_constant_off_fails_the_comparison(tmp_path: Path) -> None:
+    """The comparison can fail: one VecNormalize mean moved by 1e-3 in the file, or batch norm's
+    epsilon written as its default, and the export no longer computes the policy."""
+    for name, initializer, edit in (
+        ("ddpg-vecnormalize", "normalizer.0.running_mean", lambda a: a + np.float32(1e-3) * (np.arange(a.size) == 0)),
+        ("crossq-gelu-eps-pi-qf", None, None),
+    ):
         policy = load_sb3_zip(save_family(name, tmp_path / name).zip)
-        with pytest.raises(UsageError, match=f"cannot export {what}"):
-            export_onnx(policy, tmp_path / f"{name}.onnx")
+        path = tmp_path / f"{name}.onnx"
+        export_onnx(policy, path)
+        model = onnx.load(path)
+        if initializer is not None and edit is not None:
+            tensor = next(t for t in model.graph.initializer if t.name == initializer)
+            tensor.CopyFrom(onnx.numpy_helper.from_array(edit(onnx.numpy_helper.to_array(tensor)), initializer))
+        else:  # batch_norm_eps 0.1 written as BatchRenorm's default 0.001
+            for node in model.graph.node:
+                for attribute in node.attribute:
+                    if node.op_type == "BatchNormalization" and attribute.name == "epsilon":
+                        attribute.f = 0.001
+        onnx.save(model, path)
+        error = export_error(policy, path, "uniform", ROWS)
+        assert error.head > error.limit, (name, error)
+
+
+# Every activation SB3 users pass, and the options the loader must refuse rather than misread.
+
+
+@pytest.mark.parametrize("activation", list(ACTIVATIONS))
+def test_every_activation_matches_sb3_and_its_export(activation: str, tmp_path: Path) -> None:
+    """PPO over a Box of actions, built by SB3 with `activation_fn` this torch.nn class: the
+    harness's head equals SB3's, and so does the export's."""
+    env = VectorEnv()
+    model = PPO("MlpPolicy", env, policy_kwargs={"net_arch": [16, 8], "activation_fn": ACTIVATIONS[activation]}, **ON)
+    redraw(model, seed=len(activation))
+    model.save(tmp_path / "model.zip")
+    saved = Saved(activation, model, tmp_path / "model.zip", None)
+    policy = load_sb3_zip(saved.zip)
+    assert f", {activation}, pi [16, 8]" in policy.info.detail
+    raw, ours_in = observations(saved, policy)
+    raw = raw * 4  # past the uniform bounds: every piece of every activation (Softplus's threshold at 20 too)
+    ours_in = (ours_in[0] * 4,)
+    expected = sb3_head(saved, sb3_tensor(saved, raw))
+    with torch.no_grad():
+        head = policy(*ours_in)
+    scale = max(1.0, float(expected.abs().max()))
+    assert max_diff(head, expected) <= ATOL * scale, (activation, max_diff(head, expected))
+    export_onnx(policy, tmp_path / "model.onnx")
+    mu = onnxruntime.InferenceSession(str(tmp_path / "model.onnx")).run(["mu"], {"obs": raw.astype(np.float32)})[0]
+    assert max_diff(mu, expected) <= ATOL * scale, (activation, max_diff(mu, expected))
+
+
+def test_an_activation_with_arguments_of_its_own_is_refused(tmp_path: Path) -> None:
+    """functools.partial(LeakyReLU, negative_slope=0.2) is another activation than LeakyReLU: refused
+    whether data holds it readably or only in its pickle, never read as the plain class."""
+    path = tmp_path / "partial.zip"
+    leaky = functools.partial(torch.nn.LeakyReLU, negative_slope=0.2)
+    PPO("MlpPolicy", VectorEnv(), policy_kwargs={"net_arch": [8], "activation_fn": leaky}, **ON).save(path)
+    refused(path, "unknown activation functools.partial(<class 'torch.nn.modules.activation.LeakyReLU'>")
+    pickled = _edit(path, tmp_path / "pickled.zip", lambda d: d["policy_kwargs"].pop("activation_fn"))
+    refused(pickled, "activation_fn is pickled in a form this loader cannot read")
+
+
+def test_policy_kwargs_that_may_change_the_network_are_refused_by_name(tmp_path: Path) -> None:
+    src = save_family("sac", tmp_path / "sac").zip
+    for key, value, words in (
+        ("dueling", True, ("policy_kwargs dueling=True may change the network", "known: net_arch, activation_fn")),
+        ("sde_net_arch", [8], ("policy_kwargs sde_net_arch=[8] may change the network",)),
+        ("features_extractor_kwargs", {"features_dim": 4, "activation": "ReLU"}, ("features_extractor_kwargs activation",)),
+    ):
+        edited = _edit(src, tmp_path / f"{key}.zip", lambda d, k=key, v=value: d["policy_kwargs"].update({k: v}))
+        refused(edited, *words)
+    # What does not change the actor's forward loads: the initialization, the optimizer, the critics.
+    harmless = {
+        "ortho_init": False,
+        "log_std_init": -1.0,
+        "optimizer_kwargs": {"eps": 1e-5},
+        "n_critics": 3,
+        "sde_net_arch": None,
+    }
+    policy = load_policy(str(_edit(src, tmp_path / "harmless.zip", lambda d: d["policy_kwargs"].update(harmless))))
+    assert torch.equal(policy.head.weight, load_sb3_zip(src).head.weight)
+
+
+def test_crossq_batch_norms_that_do_not_fit_data_are_refused(tmp_path: Path) -> None:
+    src = save_family("crossq", tmp_path / "crossq").zip
+    off = _edit(src, tmp_path / "off.zip", lambda d: d["policy_kwargs"].update(batch_norm=False))
+    refused(off, "data says batch_norm False, but policy.pth holds batch renormalization layers")
+    plain = save_family("crossq-without-batch-norm", tmp_path / "plain").zip
+    on = _edit(plain, tmp_path / "on.zip", lambda d: d["policy_kwargs"].update(batch_norm=True))
+    refused(on, "data says batch_norm True, but policy.pth holds no batch renormalization layers")
+
+
+def test_crossq_batch_norms_keep_their_statistics_float32_on_a_card(tmp_path: Path) -> None:
+    """The statistics of CrossQ's first batch norm are the raw observation's: a variance past
+    float16's 65504 would be inf in float16 and zero its feature. Kept float32, the float16 policy
+    stays within float16's rounding of the golden; the same policy with that layer's variance
+    cast through float16 (what `.half()` of the whole network does) does not."""
+    saved = save_family("crossq-gelu-eps-pi-qf", tmp_path)  # no VecNormalize: the batch norm sees the observation
+    policy = load_sb3_zip(saved.zip)
+    assert policy.normalizer is None
+    first = policy.body[0]
+    with torch.no_grad():
+        first.running_var.mul_(1e6)  # variances of 1e5 to 4e6
+        first.running_mean.mul_(1e3)
+    _, obs = observations(saved, policy)
+    obs = (obs[0] * 1e3,)  # observations on that scale
+    with torch.inference_mode():
+        golden = cast_policy(policy, GOLDEN)(*obs)
+        half = cast_policy(policy, "float16")
+        assert {b.dtype for b in half.body[0].buffers()} == {torch.float32}
+        out = half(*obs)
+        half.body[0].running_var = half.body[0].running_var.half().float()
+        naive = half(*obs)
+    bound = 0.05 * max(1.0, float(golden.abs().max()))
+    assert bool(torch.isfinite(out).all()) and float((out.double() - golden).abs().max()) <= bound
+    assert float((naive.double() - golden).abs().max()) > bound

@@ -131,6 +131,20 @@ def test_activation_found_in_pickled_bytes_without_unpickling(relu_zip: tuple[PP
     assert ", ReLU," in policy.info.detail
 
 
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_an_activation_is_read_from_either_pickle_protocol_and_only_right_after_its_key(protocol: int) -> None:
+    """Protocol <= 3 names a class with GLOBAL, 4 and up with STACK_GLOBAL; both are read. A class
+    further on (here, behind a functools.partial) is not taken for the activation."""
+    import functools
+
+    def serialized(value: object) -> dict[str, str]:
+        return {":serialized:": base64.b64encode(pickle.dumps({"activation_fn": value}, protocol=protocol)).decode()}
+
+    assert archive.activation(Path("x.zip"), serialized(torch.nn.GELU), "Tanh") == "GELU"
+    with pytest.raises(PolicyLoadError, match="activation_fn is pickled in a form this loader cannot read"):
+        archive.activation(Path("x.zip"), serialized(functools.partial(torch.nn.LeakyReLU, negative_slope=0.2)), "Tanh")
+
+
 def test_sb3_1x_save_loads_without_gym(sb3_expert: SB3Expert) -> None:
     """A 1.0rc0-format save (gym spaces pickled, 1.x field names, no system_info.txt) reads from
     its JSON alone, where SB3 2.x itself cannot load it (no module named 'gym')."""
@@ -216,7 +230,7 @@ def test_pickle_payload_is_never_executed(relu_zip: tuple[PPO, Path], tmp_path: 
     assert not marker.exists()
 
 
-SOFTSIGN = "<class 'torch.nn.modules.activation.Softsign'>"  # a real torch activation, not one we map
+SOFTMAX = "<class 'torch.nn.modules.activation.Softmax'>"  # a real torch.nn class, but no elementwise activation
 
 
 def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
@@ -245,8 +259,8 @@ def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
             r"policy_net.0.weight is shape \(32, 4\).*expects \(32, 5\)",
         ),
         "unknown-torch-activation": (
-            data("softsign", lambda d: d[kwargs].update(activation_fn=SOFTSIGN)),
-            "unknown activation Softsign",
+            data("softmax", lambda d: d[kwargs].update(activation_fn=SOFTMAX)),
+            "unknown activation Softmax",
         ),
         "custom-activation": (
             data("custom", lambda d: d[kwargs].update(activation_fn="<class '__main__.MySwish'>")),

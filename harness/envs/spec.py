@@ -36,6 +36,10 @@ WRAPPER_MODULES = {
     "rl_zoo3.wrappers": "pip install rl_zoo3",
 }
 ATARI_EXTRA = "pip install -e '.[atari]'"
+MUJOCO_EXTRA = "pip install -e '.[mujoco]'"
+# gymnasium 1.x registers MuJoCo's mujoco-py ids (-v2, -v3) to this function, which only raises
+# "moved to the gymnasium-robotics project": registered, but not made.
+REFUSING_ENTRY_POINT = ("gymnasium.envs", "_raise_mujoco_py_error")
 
 
 @dataclass(frozen=True)
@@ -93,16 +97,18 @@ def make_env(spec: EnvSpec) -> tuple[gym.Env[Any, Any], EpisodeRecorder]:
     """One environment of `spec`, wrapped, and its recorder; UsageError (one line) where it cannot be made."""
     require_registered(spec.env_id)
     classes = [wrapper_class(w) for w in spec.setup.wrappers]  # refused before anything is made
+    if str(gym.spec(spec.env_id).entry_point).startswith("gymnasium.envs.mujoco"):
+        _mujoco_warnings_to_python()
     try:
         with warnings.catch_warnings():
             # gymnasium notes, for every CartPole made, that its float64 bounds became float32.
             warnings.simplefilter("ignore", UserWarning)
             kwargs: dict[str, Any] = dict(spec.setup.kwargs)
             base = gym.make(spec.env_id, **kwargs)
-    except gym.error.DependencyNotInstalled as exc:
+    except (gym.error.DependencyNotInstalled, ModuleNotFoundError) as exc:
         raise UsageError(
             f"environment {spec.env_id} cannot be made: {first_line(exc)} (this harness installs Box2D with "
-            f"the box2d wheel by default, and Atari with {ATARI_EXTRA})"
+            f"the box2d wheel by default, Atari with {ATARI_EXTRA} and MuJoCo with {MUJOCO_EXTRA})"
         ) from exc
     except Exception as exc:  # an unknown keyword argument, a missing ROM, ...: all mean "cannot be made"
         raise UsageError(f"environment {spec.key} cannot be made: {first_line(exc)}") from exc
@@ -135,8 +141,12 @@ def wrapper_class(wrapper: Wrapper) -> type[gym.Wrapper[Any, Any, Any, Any]]:
 
 
 def is_registered(env_id: str) -> bool:
-    """Whether the installed gymnasium (with the extras' environments) registers `env_id`."""
-    return env_id in gym.registry or (_register_extras() and env_id in gym.registry)
+    """Whether the installed gymnasium (with the extras' environments) registers `env_id` to be
+    made: not MuJoCo's mujoco-py ids, which it registers only to refuse them."""
+    if env_id not in gym.registry and not (_register_extras() and env_id in gym.registry):
+        return False
+    entry = gym.registry[env_id].entry_point
+    return (getattr(entry, "__module__", None), getattr(entry, "__name__", None)) != REFUSING_ENTRY_POINT
 
 
 def require_registered(env_id: str) -> None:
@@ -144,6 +154,11 @@ def require_registered(env_id: str) -> None:
     with gymnasium's own hint for an old version, else the closest ids."""
     if is_registered(env_id):
         return
+    if env_id in gym.registry:
+        raise UsageError(
+            f"environment {env_id!r} is registered in gymnasium {gym.__version__} only to be refused: the mujoco-py "
+            "ids moved to gymnasium-robotics, and this one has no mapping to one gymnasium makes (README: the renames table)"
+        )
     try:
         gym.spec(env_id)
     except gym.error.DeprecatedEnv as exc:
@@ -159,6 +174,16 @@ def require_registered(env_id: str) -> None:
     hint = f"; did you mean {', '.join(close)}?" if close else "; e.g. CartPole-v1, Pendulum-v1, seals/CartPole-v0"
     atari = "" if _ale_installed() else f" (Atari ids come with {ATARI_EXTRA})"
     raise UsageError(f"environment {env_id!r} is not registered in gymnasium{hint}{atari}")
+
+
+@functools.cache
+def _mujoco_warnings_to_python() -> None:
+    """MuJoCo writes its warnings to MUJOCO_LOG.TXT in the working folder, and mujoco 4 warns on
+    every HalfCheetah made (gymnasium's model uses an attribute it deprecates): they go to
+    Python's warnings instead, each shown once."""
+    import mujoco
+
+    mujoco.set_mju_user_warning(lambda message: warnings.warn(f"MuJoCo: {message}", RuntimeWarning, stacklevel=1))
 
 
 @functools.cache

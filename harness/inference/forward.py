@@ -8,15 +8,12 @@ import torch
 
 from harness.devices import Device
 from harness.outputs import Outputs
-from harness.policies.base import PolicyNet, SamplingKind
+from harness.policies.base import PolicyNet
 
 
 def head_name(policy: PolicyNet) -> str:
-    """The head's output, named for what it is: a Box policy's `mu`, a Q-network's `q_values`
-    (the discrete policies that explore epsilon-greedily), a categorical policy's `logits`."""
-    if policy.info.action_kind == "continuous":
-        return "mu"
-    return "q_values" if policy.info.sampling.kind is SamplingKind.EPSILON_GREEDY else "logits"
+    """The head's output, named for what it is (`PolicyNet.head_output`)."""
+    return policy.head_output()
 
 
 def to_device(arrays: tuple[np.ndarray, ...], device: Device) -> tuple[torch.Tensor, ...]:

@@ -180,6 +180,45 @@ class Normalizer(ObservationNormalizer):
         return torch.sqrt(self.running_variance / self.normalization_steps)
 
 
+class KeptFloat32(nn.Module):
+    """A layer of the body whose tensors (buffers, never parameters) stay float32 on a card
+    (float64 in the golden), as the observation normalizer's do: it computes in its tensors'
+    dtype and hands its output back in the dtype it was given. `cast_policy` keeps every such
+    layer so."""
+
+
+class BatchNorm(KeptFloat32):
+    """Batch normalization in eval mode, from its running statistics: (x - mean) / sqrt(var + eps)
+    * scale + bias, in the order sb3-contrib's BatchRenorm computes it (CrossQ's actor).
+
+    Its statistics and affine stay float32 on a card, for two reasons. The statistics are
+    those of the layer's input, and CrossQ's first one sits on the raw observation, whose
+    variance can pass float16's 65504 (a MuJoCo humanoid's contact forces): a variance that
+    overflows to inf zeroes its feature without a trace, the normalizer's failure. And it is how
+    mixed precision runs a batch norm: cuDNN takes half inputs with float32 scale, bias and
+    statistics, and NVIDIA's apex keeps batch norms in float32 under O2 (`keep_batchnorm_fp32`).
+    """
+
+    running_mean: torch.Tensor
+    running_var: torch.Tensor
+    scale: torch.Tensor
+    bias: torch.Tensor
+
+    def __init__(self, mean: torch.Tensor, var: torch.Tensor, eps: float, scale: torch.Tensor, bias: torch.Tensor) -> None:
+        super().__init__()
+        # Buffers, not parameters: constants of inference, and cast_policy's rule reads them so.
+        for name, value in (("running_mean", mean), ("running_var", var), ("scale", scale), ("bias", bias)):
+            self.register_buffer(name, value.detach().clone().float())
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = (x.to(self.running_mean.dtype) - self.running_mean) / (self.running_var + self.eps).sqrt()
+        return (self.scale * y + self.bias).to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"{self.running_mean.numel()}, eps={self.eps:g}"
+
+
 class PolicyNet(nn.Module):
     """Observations in (one tensor per input: float32, or uint8 images), float32 head outputs out
     (float64 in the golden).
@@ -274,6 +313,13 @@ class PolicyNet(nn.Module):
             x = [t / IMAGE_SCALE if inp.dtype == "uint8" else t for t, inp in zip(x, self.info.inputs, strict=True)]
         return [t.to(self.compute_dtype) for t in x]
 
+    def head_output(self) -> str:
+        """The head's output, named for what it is: a Box policy's `mu`, a Q-network's `q_values`
+        (the discrete policies that explore epsilon-greedily), a categorical policy's `logits`."""
+        if self.info.action_kind == "continuous":
+            return "mu"
+        return "q_values" if self.info.sampling.kind is SamplingKind.EPSILON_GREEDY else "logits"
+
     def bounded_outputs(self) -> frozenset[str]:
         """Outputs whose range the policy itself bounds: ML-Agents' clipped actions lie in [-1, 1],
         SB3's squashed ones in the action space's bounds."""
@@ -353,11 +399,11 @@ def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
     """A copy that computes in `dtype`.
 
     A card dtype: every parameter and constant of the layers (features, convolutions included,
-    body, head, SAC's log std) takes it; the normalizer, `log_sigma` and the action bounds stay
-    float32, as do image scaling and the sampling arithmetic, and observations go in and outputs
-    come out as float32 (a naive `.to(float16)` of the whole model overflows ML-Agents'
-    normalizer sums to inf). The golden (`GOLDEN`, float64): everything, normalizer and head
-    included, and the output too.
+    body, head, SAC's log std) takes it; the normalizer, `log_sigma`, the action bounds and every
+    `KeptFloat32` layer (batch norms) stay float32, as do image scaling and the sampling
+    arithmetic, and observations go in and outputs come out as float32 (a naive `.to(float16)`
+    of the whole model overflows ML-Agents' normalizer sums to inf). The golden (`GOLDEN`,
+    float64): everything, normalizer and head included, and the output too.
     `REDUCED_FLOAT32`: float32 with its matmul inputs rounded as TF32, HF32, ... do.
     """
     if dtype in REDUCED_FLOAT32:
@@ -371,9 +417,17 @@ def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
         return cast
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join([*DTYPES, *REDUCED_FLOAT32, GOLDEN])}")
+    # The float32 tensors themselves, put back after the cast: cast to float16 and back, a
+    # statistic past 65504 would come back inf.
+    kept = [
+        (module, dict(module.named_buffers(recurse=False))) for module in cast.modules() if isinstance(module, KeptFloat32)
+    ]
     for name, part in cast.named_children():
         if name != "normalizer":
             part.to(DTYPES[dtype])
+    for module, buffers in kept:
+        for key, tensor in buffers.items():
+            setattr(module, key, tensor)
     cast.compute_dtype = DTYPES[dtype]
     return cast
 

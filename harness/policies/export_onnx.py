@@ -1,11 +1,32 @@
-"""Write a `PolicyNet` as ONNX, built node by node with `onnx.helper`.
+"""Write a `PolicyNet` as ONNX, built node by node with `onnx.helper`, for every family the
+loaders read.
 
 Why not `torch.onnx.export`: in torch 2.13 its default (dynamo) exporter needs `onnxscript`,
 which is not a dependency, and the TorchScript exporter behind `dynamo=False` is deprecated
-("will be removed"). A policy is a handful of Gemms, so the graph is written directly, in exactly
-the layout the loaders read back: continuous policies as an ML-Agents model version 3 export
-(opset 9, as ML-Agents writes it, so Unity can run it too), discrete ones with input `obs` and
-outputs `logits` and `deterministic_actions`.
+("will be removed"). A policy is a few Gemms and convolutions, so the graph is written directly,
+module by module, in exactly the order of operations the harness's float32 forward runs.
+
+Two layouts:
+
+- **ML-Agents** (a continuous policy that acts by ML-Agents' rule, `clip(mu, -3, 3) / 3`, or came
+  from an ML-Agents file): the model version 3 names (`obs_0`.., `deterministic_continuous_actions`,
+  `continuous_actions` sampled in the graph, `version_number`, ...), which Unity and the
+  harness's ML-Agents reader take.
+- **Every other policy** (SB3's families): one input per observation input, named as the policy
+  names it (`obs`, or a Dict's keys), float32 with a dynamic batch axis (an image as float32
+  holding its 0-255 pixel values: ATC takes float inputs, uint8 only through its AIPP image
+  preprocessing), and two outputs: the head as a sweep names it (`logits`, `q_values` or `mu`)
+  and `deterministic_actions` (the argmax; a Box's action: `mu`, or tanh then the action bounds).
+
+What the harness computes before the body is in the graph too, as constants: the observation
+normalizer (ML-Agents' or VecNormalize's statistics, folded in: Sub, Div, Clip, and Where for a
+Dict's keys that VecNormalize leaves alone), image scaling by 255, the features extractor
+(NatureCNN, CombinedExtractor), batch norms in eval mode (BatchNormalization), QR-DQN's quantile
+mean and SAC's clipped gSDE mean. The stochastic action of an SB3 family is not exported: its
+noise is the harness's own (drawn on the CPU, the same for every card), not a deployment's.
+
+The opset: `DEFAULT_OPSET`, which Ascend's ATC (`atc --framework=5`) takes in every CANN release
+whose documentation states a range (README, "Exporting to ONNX").
 """
 
 from __future__ import annotations
@@ -22,77 +43,165 @@ from torch import nn
 
 import harness
 from harness.errors import UsageError
-from harness.policies.base import ObservationNormalizer, PolicyNet, SamplingKind
+from harness.policies.base import BatchNorm, ObservationNormalizer, PolicyNet
+from harness.policies.sb3.layers import Combined, NatureCnn
+from harness.policies.sb3.q_networks import QuantileMean
+from harness.policies.vecnormalize import VecNormalizeObs
 
-OPSET = 9
+# ATC's ONNX parser: opset v9 to v13 in CANN 5.0.4 and 6.0.1, v9 to v18 in CANN 7.0.0 (its "ONNX
+# operator specifications"); later releases list each operator's opsets instead. 11 lies in
+# every stated range, and it is the first with Clip's bounds as inputs, which ATC and the
+# onnxruntime of every supported version read.
+DEFAULT_OPSET = 11
+OPSETS = range(9, 19)
+"""The opsets this exporter writes correctly: ATC's widest stated range."""
 MLAGENTS_VERSION = 3.0
 BATCH = "batch"
+DETERMINISTIC = "deterministic_actions"
+# PyTorch's Softplus (beta 1, threshold 20) returns x itself above the threshold; ONNX's
+# Softplus computes log(exp(x) + 1) there, which overflows float32 past 88.
+SOFTPLUS_THRESHOLD = 20.0
+# torch.nn.SELU's constants, at full precision (ONNX's defaults are their float32 roundings).
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
 
 
 class _Builder:
-    """Accumulates nodes and float32 initializers; names every value after the module it comes from."""
+    """Accumulates nodes and initializers for one opset; names every value after the module it comes from."""
 
-    def __init__(self) -> None:
+    def __init__(self, opset: int) -> None:
+        self.opset = opset
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
 
-    def constant(self, name: str, value: torch.Tensor | np.ndarray | list[float]) -> str:
+    def constant(self, name: str, value: torch.Tensor | np.ndarray | list[float], dtype: Any = np.float32) -> str:
         array = value.detach().cpu().float().numpy() if isinstance(value, torch.Tensor) else value
-        self.initializers.append(numpy_helper.from_array(np.asarray(array, dtype=np.float32), name))
+        self.initializers.append(numpy_helper.from_array(np.asarray(array, dtype=dtype), name))
         return name
 
     def op(self, op_type: str, inputs: list[str], output: str, **attrs: Any) -> str:
         self.nodes.append(helper.make_node(op_type, inputs, [output], name=output, **attrs))
         return output
 
-    def linear(self, x: str, linear: nn.Linear, name: str, output: str | None = None) -> str:
+    def rename_output(self, value: str, name: str) -> str:
+        """Give the value the last node made a graph output's name."""
+        last = self.nodes[-1]
+        if list(last.output) != [value]:
+            raise ValueError(f"{value} is not the last node's output")
+        last.output[0] = last.name = name
+        return name
+
+    def clip(self, x: str, low: float, high: float, name: str) -> str:
+        """Clip keeps its bounds in attributes before opset 11 and in inputs from then on."""
+        if self.opset < 11:
+            return self.op("Clip", [x], name, min=low, max=high)
+        bounds = [self.constant(f"{name}.min", np.array(low)), self.constant(f"{name}.max", np.array(high))]
+        return self.op("Clip", [x, *bounds], name)
+
+    def linear(self, x: str, linear: nn.Linear, name: str) -> str:
+        bias: torch.Tensor | None = linear.bias  # None where built with bias=False (ARS)
+        if bias is None:  # Gemm's bias is optional only from opset 11: MatMul with W^T
+            return self.op("MatMul", [x, self.constant(f"{name}.weight_t", linear.weight.t())], f"{name}/MatMul")
         weight = self.constant(f"{name}.weight", linear.weight)
-        bias = self.constant(f"{name}.bias", linear.bias)
-        return self.op("Gemm", [x, weight, bias], output or f"{name}/Gemm", transB=1)
+        return self.op("Gemm", [x, weight, self.constant(f"{name}.bias", bias)], f"{name}/Gemm", transB=1)
+
+    def softplus(self, x: str, name: str) -> str:
+        """torch's softplus: log(1 + exp(x)), and x itself above its threshold."""
+        above = self.op("Greater", [x, self.constant(f"{name}.threshold", np.array(SOFTPLUS_THRESHOLD))], f"{name}/Greater")
+        return self.op("Where", [above, x, self.op("Softplus", [x], f"{name}/Softplus")], f"{name}/Where")
 
 
-def _swish(b: _Builder, x: str, name: str) -> str:
-    return b.op("Mul", [x, b.op("Sigmoid", [x], f"{name}/Sigmoid")], f"{name}/Mul")
+Emit = Callable[[_Builder, str, str, nn.Module], str]
 
 
-# How each activation a loader can put in a body is written in opset 9 (which has no Swish op).
-ACTIVATIONS: dict[type[nn.Module], Callable[[_Builder, str, str, nn.Module], str]] = {
-    nn.SiLU: lambda b, x, name, _: _swish(b, x, name),
+def _product(b: _Builder, x: str, gate: str, name: str) -> str:
+    return b.op("Mul", [x, gate], f"{name}/Mul")
+
+
+# How each activation a loader can put in a network is written, in ops every opset of OPSETS has.
+# SiLU as Sigmoid then Mul, as ML-Agents writes its Swish (opset 9 has no Swish op).
+ACTIVATIONS: dict[type[nn.Module], Emit] = {
+    nn.Identity: lambda b, x, name, _: x,
     nn.ReLU: lambda b, x, name, _: b.op("Relu", [x], f"{name}/Relu"),
     nn.Tanh: lambda b, x, name, _: b.op("Tanh", [x], f"{name}/Tanh"),
+    nn.Sigmoid: lambda b, x, name, _: b.op("Sigmoid", [x], f"{name}/Sigmoid"),
+    nn.SiLU: lambda b, x, name, _: _product(b, x, b.op("Sigmoid", [x], f"{name}/Sigmoid"), name),
     nn.ELU: lambda b, x, name, m: b.op("Elu", [x], f"{name}/Elu", alpha=float(cast(nn.ELU, m).alpha)),
+    # CELU(alpha) is max(0, x) + min(0, alpha * (exp(x / alpha) - 1)): ELU where alpha is 1.
+    nn.CELU: lambda b, x, name, m: _celu(b, x, name, cast(nn.CELU, m)),
+    nn.SELU: lambda b, x, name, _: b.op("Selu", [x], f"{name}/Selu", alpha=SELU_ALPHA, gamma=SELU_SCALE),
     nn.LeakyReLU: lambda b, x, name, m: b.op(
         "LeakyRelu", [x], f"{name}/LeakyRelu", alpha=float(cast(nn.LeakyReLU, m).negative_slope)
+    ),
+    # RReLU in eval mode: a leaky ReLU with the mean of its slope range.
+    nn.RReLU: lambda b, x, name, m: b.op(
+        "LeakyRelu", [x], f"{name}/LeakyRelu", alpha=(cast(nn.RReLU, m).lower + cast(nn.RReLU, m).upper) / 2
+    ),
+    nn.GELU: lambda b, x, name, m: _gelu(b, x, name, cast(nn.GELU, m)),
+    nn.Softplus: lambda b, x, name, m: _softplus(b, x, name, cast(nn.Softplus, m)),
+    nn.Mish: lambda b, x, name, _: _product(b, x, b.op("Tanh", [b.softplus(x, name)], f"{name}/Tanh"), name),
+    nn.ReLU6: lambda b, x, name, _: b.clip(x, 0.0, 6.0, f"{name}/Clip"),
+    nn.Hardtanh: lambda b, x, name, m: b.clip(x, cast(nn.Hardtanh, m).min_val, cast(nn.Hardtanh, m).max_val, f"{name}/Clip"),
+    nn.Hardsigmoid: lambda b, x, name, _: b.op("HardSigmoid", [x], f"{name}/HardSigmoid", alpha=1 / 6, beta=0.5),
+    nn.Hardswish: lambda b, x, name, _: _product(
+        b, x, b.op("HardSigmoid", [x], f"{name}/HardSigmoid", alpha=1 / 6, beta=0.5), name
+    ),
+    nn.Hardshrink: lambda b, x, name, m: b.op("Shrink", [x], f"{name}/Shrink", lambd=float(cast(nn.Hardshrink, m).lambd)),
+    nn.Softshrink: lambda b, x, name, m: b.op(
+        "Shrink", [x], f"{name}/Shrink", lambd=float(cast(nn.Softshrink, m).lambd), bias=float(cast(nn.Softshrink, m).lambd)
+    ),
+    nn.Softsign: lambda b, x, name, _: b.op("Softsign", [x], f"{name}/Softsign"),
+    nn.Tanhshrink: lambda b, x, name, _: b.op("Sub", [x, b.op("Tanh", [x], f"{name}/Tanh")], f"{name}/Sub"),
+    # log(sigmoid(x)) = -softplus(-x), with softplus as torch computes it (no overflow).
+    nn.LogSigmoid: lambda b, x, name, _: b.op(
+        "Neg", [b.softplus(b.op("Neg", [x], f"{name}/Neg"), f"{name}/softplus")], f"{name}/Out"
     ),
 }
 
 
-def export_onnx(policy: PolicyNet, out: Path) -> None:
-    """Write `policy` to `out` with float32 weights and a dynamic batch axis."""
-    _check_exportable(policy)
-    b = _Builder()
+def _celu(b: _Builder, x: str, name: str, module: nn.CELU) -> str:
+    if module.alpha != 1.0:
+        raise UsageError(f"cannot export CELU(alpha={module.alpha:g}): only alpha 1, which SB3 builds")
+    return b.op("Elu", [x], f"{name}/Elu", alpha=1.0)
+
+
+def _gelu(b: _Builder, x: str, name: str, module: nn.GELU) -> str:
+    """0.5 * x * (1 + erf(x / sqrt(2))), torch's exact GELU (ONNX's Gelu op needs opset 20)."""
+    if module.approximate != "none":
+        raise UsageError(f"cannot export GELU(approximate={module.approximate!r}): only the exact one, which SB3 builds")
+    scaled = b.op("Div", [x, b.constant(f"{name}.sqrt2", np.array(np.sqrt(2.0)))], f"{name}/Div")
+    erf = b.op("Add", [b.op("Erf", [scaled], f"{name}/Erf"), b.constant(f"{name}.one", np.array(1.0))], f"{name}/Add")
+    half = b.op("Mul", [x, b.constant(f"{name}.half", np.array(0.5))], f"{name}/Half")
+    return b.op("Mul", [half, erf], f"{name}/Mul")
+
+
+def _softplus(b: _Builder, x: str, name: str, module: nn.Softplus) -> str:
+    if (module.beta, module.threshold) != (1.0, SOFTPLUS_THRESHOLD):
+        raise UsageError(f"cannot export Softplus(beta={module.beta:g}, threshold={module.threshold:g}): only SB3's defaults")
+    return b.softplus(x, name)
+
+
+def export_onnx(policy: PolicyNet, out: Path, opset: int = DEFAULT_OPSET) -> None:
+    """Write `policy` to `out` with float32 weights and a dynamic batch axis; UsageError (one line)
+    for a part this exporter does not write, named."""
+    if opset not in OPSETS:
+        raise UsageError(f"opset {opset} is not one this exporter writes ({OPSETS.start} to {OPSETS.stop - 1})")
+    b = _Builder(opset)
     info = policy.info
-    if info.action_kind == "discrete":
-        if len(info.obs_sizes) != 1:
-            raise UsageError(f"{info.name}: a discrete export takes one input, the policy has {len(info.obs_sizes)}")
-        names = ["obs"]
-        head = _body_and_head(b, policy, names, "logits")
-        b.op("ArgMax", [head], "deterministic_actions", axis=1, keepdims=0)
-        outputs = [_tensor("logits", TensorProto.FLOAT, [BATCH, info.action_size])]
-        outputs.append(_tensor("deterministic_actions", TensorProto.INT64, [BATCH]))
+    if _mlagents_layout(policy):
+        inputs = [_tensor(f"obs_{i}", TensorProto.FLOAT, [BATCH, size]) for i, size in enumerate(info.obs_sizes)]
+        outputs = _mlagents_outputs(b, policy, _network(b, policy, [i.name for i in inputs], "mu"))
     else:
-        names = [f"obs_{i}" for i in range(len(info.obs_sizes))]
-        mu = _body_and_head(b, policy, names, "mu")
-        outputs = _mlagents_outputs(b, policy, mu)
-    inputs = [_tensor(name, TensorProto.FLOAT, [BATCH, size]) for name, size in zip(names, info.obs_sizes, strict=True)]
+        inputs = [_tensor(i.name, TensorProto.FLOAT, [BATCH, *i.shape]) for i in info.inputs]
+        head = _network(b, policy, [i.name for i in inputs], policy.head_output())
+        outputs = [_tensor(head, TensorProto.FLOAT, [BATCH, info.action_size]), _action(b, policy, head)]
     graph = helper.make_graph(b.nodes, info.name, inputs, outputs, b.initializers)
     model = helper.make_model(
         graph,
-        opset_imports=[helper.make_opsetid("", OPSET)],
+        opset_imports=[helper.make_opsetid("", opset)],
         producer_name="harness",
         producer_version=harness.__version__,
-        # The oldest IR that carries this opset, so older runtimes (Unity's among them) read it.
-        ir_version=helper.find_min_ir_version_for([helper.make_opsetid("", OPSET)]),
+        # The oldest IR that carries this opset, so older runtimes (Unity's, ATC's onnx) read it.
+        ir_version=helper.find_min_ir_version_for([helper.make_opsetid("", opset)]),
     )
     # Provenance travels with the file, so an exported synthetic policy stays labelled when loaded.
     helper.set_model_props(
@@ -104,49 +213,129 @@ def export_onnx(policy: PolicyNet, out: Path) -> None:
     onnx.save(model, out)
 
 
-def _check_exportable(policy: PolicyNet) -> None:
-    """The layouts written here: vector inputs, an MLP, a Linear head, actions by argmax or by
-    ML-Agents' rule. Anything more (a CNN, a Q-network's epsilon, gSDE, SB3's tanh squash, SAC's
-    log std layer) would be written wrong, so it is refused by what it is."""
-    what = [
-        *(["a features extractor"] if policy.features is not None else []),
-        *([f"{policy.info.sampling.kind} sampling"] if policy.info.sampling.kind is not SamplingKind.DISTRIBUTION else []),
-        *(["tanh-squashed actions"] if policy.action_low is not None else []),
-        *(["a log std layer"] if policy.log_std is not None else []),
-    ]
-    if what:
-        raise UsageError(f"{policy.info.name}: cannot export {' and '.join(what)} (only MLP policies with a plain head)")
+def _mlagents_layout(policy: PolicyNet) -> bool:
+    return policy.info.action_kind == "continuous" and (
+        policy.action_clip is not None or policy.info.source.startswith("mlagents")
+    )
 
 
-def _body_and_head(b: _Builder, policy: PolicyNet, inputs: list[str], head_name: str) -> str:
-    """Normalizer (one Sub/Div/Clip chain per input, as ML-Agents writes it), Concat, body, head."""
+def _network(b: _Builder, policy: PolicyNet, inputs: list[str], head: str) -> str:
+    """Normalizer, image scaling, features (or the inputs' concatenation), body, head: the head's output, named `head`."""
+    x = _preprocessed(b, policy, inputs)
+    if policy.features is None:
+        features = x[0] if len(x) == 1 else b.op("Concat", x, "concat", axis=1)
+    elif isinstance(policy.features, Combined):
+        parts = [
+            _emit(b, policy, m, xi, f"features.extractors.{key}")
+            for (key, m), xi in zip(policy.features.extractors.items(), x, strict=True)
+        ]
+        features = b.op("Concat", parts, "features/Concat", axis=1)
+    else:
+        features = _emit(b, policy, policy.features, x[0], "features")
+    latent = _emit(b, policy, policy.body, features, "body")
+    return b.rename_output(_emit(b, policy, policy.head, latent, "head"), head)
+
+
+def _preprocessed(b: _Builder, policy: PolicyNet, inputs: list[str]) -> list[str]:
+    """Each input as the features (or the body) take it, in PolicyNet's order: the float inputs
+    normalized, each by its slice of the statistics (the normalizer is elementwise over their
+    flattened concatenation), then images divided by 255 where the policy says so."""
     normalizer = policy.normalizer
-    if not isinstance(policy.body, nn.Sequential) or not isinstance(policy.head, nn.Linear):
-        raise UsageError(f"{policy.info.name}: only MLP policies can be exported; this one is a rebuilt graph")
     if normalizer is not None and not isinstance(normalizer, ObservationNormalizer):
         raise UsageError(f"{policy.info.name}: cannot export its {type(normalizer).__name__} observation preprocessing")
-    chains = list(inputs)
-    if normalizer is not None:
-        mean = normalizer.mean()
-        std = normalizer.std()  # the float32 value the torch forward divides by
-        start = 0
-        for i, (name, size) in enumerate(zip(inputs, policy.info.obs_sizes, strict=True)):
-            prefix = f"normalizer.{i}"
-            x = b.op("Sub", [name, b.constant(f"{prefix}.running_mean", mean[start : start + size])], f"{prefix}/Sub")
-            x = b.op("Div", [x, b.constant(f"{prefix}.std", std[start : start + size])], f"{prefix}/Div")
-            chains[i] = b.op("Clip", [x], f"{prefix}/Clip", min=-normalizer.clip, max=normalizer.clip)
-            start += size
-    x = b.op("Concat", chains, "concat", axis=1)
-    for index, module in enumerate(policy.body):
-        name = f"body.{index}"
-        if isinstance(module, nn.Linear):
-            x = b.linear(x, module, name)
-        elif type(module) in ACTIVATIONS:
-            x = ACTIVATIONS[type(module)](b, x, name, module)
-        else:
-            known = ", ".join(cls.__name__ for cls in ACTIVATIONS)
-            raise UsageError(f"{policy.info.name}: cannot export {type(module).__name__} (exportable: {known})")
-    return b.linear(x, policy.head, "head", output=head_name)
+    x = list(inputs)
+    start = 0
+    for i, inp in enumerate(policy.info.inputs):
+        if inp.dtype == "uint8":
+            if policy.normalize_images:
+                x[i] = b.op("Div", [x[i], b.constant(f"{inp.name}.scale", np.array(255.0))], f"{inp.name}/Scale")
+            continue
+        if normalizer is not None:
+            x[i] = _normalized(b, normalizer, x[i], inp.shape, slice(start, start + inp.size), f"normalizer.{i}")
+        start += inp.size
+    return x
+
+
+def _normalized(b: _Builder, normalizer: ObservationNormalizer, x: str, shape: tuple[int, ...], part: slice, name: str) -> str:
+    """clamp((x - mean) / std, -clip, clip) over one input, with the float32 statistics the torch
+    forward computes with (one Sub/Div/Clip chain per input, as ML-Agents writes it)."""
+    flat = x if len(shape) == 1 else b.op("Flatten", [x], f"{name}/Flatten", axis=1)
+    y = b.op("Sub", [flat, b.constant(f"{name}.running_mean", normalizer.mean()[part])], f"{name}/Sub")
+    y = b.op("Div", [y, b.constant(f"{name}.std", normalizer.std()[part])], f"{name}/Div")
+    y = b.clip(y, -normalizer.clip, normalizer.clip, f"{name}/Clip")
+    passthrough = normalizer.passthrough if isinstance(normalizer, VecNormalizeObs) else None
+    if passthrough is not None:  # a Dict's keys outside VecNormalize's norm_obs_keys pass as they are
+        mask = b.constant(f"{name}.passthrough", passthrough[part].cpu().numpy(), dtype=np.bool_)
+        y = b.op("Where", [mask, flat, y], f"{name}/Where")
+    if len(shape) == 1:
+        return y
+    return b.op("Reshape", [y, b.constant(f"{name}.shape", np.array([-1, *shape]), dtype=np.int64)], f"{name}/Reshape")
+
+
+def _emit(b: _Builder, policy: PolicyNet, module: nn.Module, x: str, name: str) -> str:
+    """`module` applied to `x`, its nodes named after `name` (the module's path in the policy)."""
+    if isinstance(module, nn.Sequential):
+        for index, child in enumerate(module):
+            x = _emit(b, policy, child, x, f"{name}.{index}")
+        return x
+    if isinstance(module, NatureCnn):
+        return _emit(b, policy, module.linear, _emit(b, policy, module.cnn, x, f"{name}.cnn"), f"{name}.linear")
+    if isinstance(module, nn.Linear):
+        return b.linear(x, module, name)
+    if isinstance(module, nn.Conv2d):
+        return _conv(b, module, x, name)
+    if isinstance(module, nn.Flatten):
+        if (module.start_dim, module.end_dim) != (1, -1):
+            raise UsageError(f"{policy.info.name}: cannot export {module} at {name}: only a flatten after the batch axis")
+        return b.op("Flatten", [x], f"{name}/Flatten", axis=1)
+    if isinstance(module, BatchNorm):
+        tensors = [b.constant(f"{name}.{t}", getattr(module, t)) for t in ("scale", "bias", "running_mean", "running_var")]
+        return b.op("BatchNormalization", [x, *tensors], f"{name}/BatchNormalization", epsilon=module.eps)
+    if isinstance(module, QuantileMean):
+        shape = b.constant(f"{name}.shape", np.array([-1, module.n_quantiles, module.n_actions]), dtype=np.int64)
+        quantiles = b.op("Reshape", [x, shape], f"{name}/Reshape")
+        if b.opset < 18:
+            return b.op("ReduceMean", [quantiles], f"{name}/ReduceMean", axes=[1], keepdims=0)
+        axes = b.constant(f"{name}.axes", np.array([1]), dtype=np.int64)
+        return b.op("ReduceMean", [quantiles, axes], f"{name}/ReduceMean", keepdims=0)
+    emit = ACTIVATIONS.get(type(module))
+    if emit is not None:
+        try:
+            return emit(b, x, name, module)
+        except UsageError as error:
+            raise UsageError(f"{policy.info.name}: {error}") from None
+    known = ", ".join(cls.__name__ for cls in ACTIVATIONS)
+    rebuilt = f" (it came as ONNX: {policy.info.onnx_path} is its graph already)" if policy.info.onnx_path else ""
+    raise UsageError(
+        f"{policy.info.name}: cannot export {type(module).__name__} at {name}{rebuilt}; activations written: {known}"
+    )
+
+
+def _conv(b: _Builder, conv: nn.Conv2d, x: str, name: str) -> str:
+    padding = conv.padding if isinstance(conv.padding, tuple) else None
+    if padding is None or conv.groups != 1 or conv.padding_mode != "zeros":
+        raise UsageError(f"cannot export {conv} at {name}: only explicit zero padding in one group, as NatureCNN has")
+    inputs = [x, b.constant(f"{name}.weight", conv.weight)]
+    if conv.bias is not None:
+        inputs.append(b.constant(f"{name}.bias", conv.bias))
+    return b.op(
+        "Conv",
+        inputs,
+        f"{name}/Conv",
+        kernel_shape=list(conv.kernel_size),
+        strides=list(conv.stride),
+        pads=[*padding, *padding],
+        dilations=list(conv.dilation),
+    )
+
+
+def _action(b: _Builder, policy: PolicyNet, head: str) -> onnx.ValueInfoProto:
+    """`deterministic_actions`, as `PolicyNet.deterministic_action` computes it from the head."""
+    if policy.info.action_kind == "discrete":
+        b.op("ArgMax", [head], DETERMINISTIC, axis=1, keepdims=0)
+        return _tensor(DETERMINISTIC, TensorProto.INT64, [BATCH])
+    _squash(b, policy, head, DETERMINISTIC)
+    return _tensor(DETERMINISTIC, TensorProto.FLOAT, [BATCH, policy.info.action_size])
 
 
 def _mlagents_outputs(b: _Builder, policy: PolicyNet, mu: str) -> list[onnx.ValueInfoProto]:
@@ -176,13 +365,21 @@ def _mlagents_outputs(b: _Builder, policy: PolicyNet, mu: str) -> list[onnx.Valu
 
 
 def _squash(b: _Builder, policy: PolicyNet, x: str, output: str) -> None:
-    """clip(x, -c, c) / c, as `PolicyNet._squash`; the identity when the policy has no clip."""
+    """As `PolicyNet._squash`: ML-Agents' clip(x, -c, c) / c; SB3's tanh, then low + 0.5 * (a + 1)
+    * (high - low) in its order of operations; the identity where the policy does neither."""
     clip = policy.action_clip
-    if clip is None:
+    if clip is not None:
+        clipped = b.clip(x, -clip, clip, f"{output}/Clip")
+        b.op("Div", [clipped, b.constant(f"{output}/divisor", [clip])], output)
+    elif policy.action_low is not None and policy.action_high is not None:
+        shifted = b.op(
+            "Add", [b.op("Tanh", [x], f"{output}/Tanh"), b.constant(f"{output}.one", np.array(1.0))], f"{output}/Add"
+        )
+        half = b.op("Mul", [b.constant(f"{output}.half", np.array(0.5)), shifted], f"{output}/Half")
+        span = b.op("Mul", [half, b.constant(f"{output}.span", policy.action_high - policy.action_low)], f"{output}/Span")
+        b.op("Add", [b.constant(f"{output}.low", policy.action_low), span], output)
+    else:
         b.op("Identity", [x], output)
-        return
-    clipped = b.op("Clip", [x], f"{output}/Clip", min=-clip, max=clip)
-    b.op("Div", [clipped, b.constant(f"{output}/divisor", [clip])], output)
 
 
 def _tensor(name: str, elem_type: int, shape: list[int | str]) -> onnx.ValueInfoProto:

@@ -3,8 +3,9 @@
 The save names its policy class; one table (`FAMILIES`) says which family rebuilds it, and with
 which features extractor by default: actor-critic (PPO, A2C, TRPO, with or without gSDE),
 Q-networks (DQN, QR-DQN), deterministic actors (TD3, DDPG), squashed Gaussian actors (SAC,
-TQC), ARS; each as an MLP, CNN or dict-observation policy. A class the table does not hold is
-refused by name, with what is supported. How the zip and its `data` are read is
+TQC, CrossQ), ARS; each as an MLP, CNN or dict-observation policy. A class the table does not
+hold is refused by name, with what is supported; so is a `policy_kwargs` key that could change
+the network and is not read (`sb3.options`). How the zip and its `data` are read is
 `sb3.archive`; each family is a module of `harness.policies.sb3`.
 
 The files beside the zip (`policy_files`) say what the zip does not: the environment (the RL
@@ -38,6 +39,7 @@ from harness.policies.sb3.archive import (
     read_archive,
 )
 from harness.policies.sb3.layers import COMBINED, FLATTEN, NATURE, Weights
+from harness.policies.sb3.options import check_policy_kwargs
 from harness.policies.sb3.save import Actor, Save
 from harness.policies.sb3.spaces import ActionSpace, DictSpace, action_space, observation_space
 from harness.policies.vecnormalize import Moments, VecNormalizeObs, VecNormalizeStats, read_vecnormalize
@@ -76,6 +78,8 @@ FAMILIES: dict[PolicyClass, Family] = {
     **_variants("stable_baselines3.td3.policies", ("TD3Policy", *OFF_POLICY), td3.build, "TD3, DDPG"),
     **_variants("stable_baselines3.sac.policies", ("SACPolicy", *OFF_POLICY), sac.build, "SAC"),
     **_variants("sb3_contrib.tqc.policies", ("TQCPolicy", *OFF_POLICY), sac.build, "TQC"),
+    # sb3-contrib's CrossQ has an MlpPolicy only; another extractor comes by policy_kwargs.
+    PolicyClass("sb3_contrib.crossq.policies", "CrossQPolicy"): Family(sac.crossq, FLATTEN, "CrossQ"),
     PolicyClass("sb3_contrib.ars.policies", "ARSPolicy"): Family(ars.build, FLATTEN, "ARS"),
     PolicyClass("sb3_contrib.ars.policies", "ARSLinearPolicy"): Family(ars.build, FLATTEN, "ARS"),
 }
@@ -84,7 +88,6 @@ SUPPORTED = ", ".join(dict.fromkeys(f.algorithms for f in FAMILIES.values())) + 
 REFUSED = {
     "sb3_contrib.common.recurrent.policies": "recurrent (RecurrentPPO): its LSTM state is carried between steps",
     "sb3_contrib.common.maskable.policies": "MaskablePPO's: its action masks come from the environment",
-    "sb3_contrib.crossq.policies": "CrossQ's: its batch renormalization layers are not rebuilt",
 }
 
 
@@ -111,6 +114,7 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
     data = parse_data(path, archive.data)
     kwargs = policy_kwargs(path, data)
     cls = policy_class(path, data)
+    check_policy_kwargs(path, kwargs)
     family = _family(path, cls)
     save = Save(
         path,

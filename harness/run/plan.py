@@ -155,7 +155,8 @@ def with_gymnasium_id(policy: PolicyNet) -> PolicyNet:
     if info.env_id is None or is_registered(info.env_id) or (rename := renamed(info.env_id)) is None:
         return policy
     source = f"{info.env_source}: {rename.describe(info.env_id)}"
-    policy.info = replace(info, env_id=rename.env_id, env_source=source, env_renamed_from=info.env_id)
+    setup = rename.setup(info.env_setup)
+    policy.info = replace(info, env_id=rename.env_id, env_source=source, env_renamed_from=info.env_id, env_setup=setup)
     return policy
 
 

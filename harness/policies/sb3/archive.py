@@ -36,6 +36,9 @@ MAX_ZIP_BYTES = 4 * MAX_MEMBER_BYTES
 MAX_RATIO = 100
 RATIO_CHECK_ABOVE = 1024 * 1024
 
+# The activations a policy may name: torch.nn's elementwise ones, as SB3 builds them (the class,
+# called without arguments, so each with its defaults). Others are refused by name: PReLU holds
+# weights, GLU halves its input, Softmax and its kin mix the features, Threshold needs arguments.
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     cls.__name__: cls
     for cls in (
@@ -51,16 +54,31 @@ ACTIVATIONS: dict[str, type[nn.Module]] = {
         nn.SELU,
         nn.CELU,
         nn.ReLU6,
+        nn.RReLU,
         nn.Hardswish,
+        nn.Hardsigmoid,
         nn.Hardtanh,
+        nn.Hardshrink,
+        nn.Softshrink,
+        nn.Softsign,
+        nn.Tanhshrink,
+        nn.LogSigmoid,
         nn.Identity,
     )
 }
 
-# A torch.nn class, as written in a readable field ("<class 'torch.nn.modules.activation.ReLU'>")
-# or inside a pickle: protocol <= 3 GLOBAL ("module\nName"), protocol 4+ SHORT_BINUNICODE
-# strings joined by MEMOIZE ("module\x94\x8c<len>Name").
-TORCH_NN_CLASS = re.compile(rb"torch\.nn\.modules\.[a-z_]+(?:\.|\n|\x94\x8c.)([A-Za-z0-9_]+)", re.DOTALL)
+# A torch.nn class as a readable field writes it, and nothing else: a functools.partial of one
+# ("functools.partial(<class '...LeakyReLU'>, negative_slope=0.2)") is another activation.
+TORCH_NN_CLASS = re.compile(r"<class 'torch\.nn\.modules\.[a-z_]+\.([A-Za-z0-9_]+)'>")
+# The class right after the key `activation_fn` in a pickle, by reference: protocol <= 3 GLOBAL
+# ("ctorch.nn.modules.x\nName\n"), protocol 4+ SHORT_BINUNICODE strings then STACK_GLOBAL
+# ("\x8c.torch.nn.modules.x\x94\x8c.Name\x94\x93"). Anything between the key and the class (a
+# partial, a memo reference to a module named before) is not read.
+PICKLED_ACTIVATION = re.compile(
+    rb"activation_fn(?:\x94|q.)(?:ctorch\.nn\.modules\.[a-z_]+\n([A-Za-z0-9_]+)\n"
+    rb"|\x8c.torch\.nn\.modules\.[a-z_]+\x94\x8c.([A-Za-z0-9_]+)\x94\x93)",
+    re.DOTALL,
+)
 # A class pickled by reference, its module then its name, in either protocol's form.
 PICKLED_CLASS = rb"%s(?:\n|\x94?\x8c.)([A-Za-z_][A-Za-z0-9_]*)"
 # A readable method's repr names its class: "<function DQNPolicy.__init__ at 0x7f...>".
@@ -209,9 +227,18 @@ def readable(path: Path, kwargs: dict[str, Any], name: str) -> Any:
     the pickle is refused: this loader never runs it, and guessing a default would be wrong."""
     if name in kwargs:
         return kwargs[name]
-    if name.encode() in pickled_bytes(path, kwargs):
+    if _pickled_string(name).search(pickled_bytes(path, kwargs)):
         raise PolicyLoadError(path, f"data holds {name} only inside a pickle, which this loader never runs")
     return None
+
+
+def _pickled_string(text: str) -> re.Pattern[bytes]:
+    """`text` as a pickle writes a string, its length before it (SHORT_BINUNICODE, BINUNICODE,
+    SHORT_BINSTRING), so that one key is not found inside a longer one (batch_norm in batch_norm_eps)."""
+    raw = text.encode()
+    size = len(raw)
+    forms = (b"\x8c" + bytes([size]), b"X" + size.to_bytes(4, "little"), b"U" + bytes([size]))
+    return re.compile(b"(?:" + b"|".join(re.escape(form) for form in forms) + b")" + re.escape(raw), re.DOTALL)
 
 
 def flag(path: Path, kwargs: dict[str, Any], name: str, default: bool) -> bool:
@@ -251,24 +278,25 @@ def layer_sizes(path: Path, layers: Any) -> list[int]:
 
 
 def activation(path: Path, kwargs: dict[str, Any], default: str) -> str:
-    """The activation's torch.nn class name, from the readable field or the pickled bytes."""
+    """The activation's torch.nn class name, from the readable field or the pickled bytes; the
+    family's default where the save names none."""
+    known = ", ".join(ACTIVATIONS)
     readable_fn = kwargs.get("activation_fn")
     if readable_fn is not None:
-        text = str(readable_fn).encode()
+        found = TORCH_NN_CLASS.fullmatch(str(readable_fn).strip())
+        if found is None:
+            raise PolicyLoadError(path, f"unknown activation {shown(readable_fn)}: not a torch.nn class; known: {known}")
+        name = found.group(1)
     else:
         blob = pickled_bytes(path, kwargs)
-        at = blob.find(b"activation_fn")
-        if at < 0:
+        if b"activation_fn" not in blob:
             return default
-        text = blob[at:]
-    found = TORCH_NN_CLASS.search(text)
-    if found is None:
-        what = shown(readable_fn) if readable_fn is not None else "a pickled class"
-        known = ", ".join(ACTIVATIONS)
-        raise PolicyLoadError(path, f"unknown activation {what}: not a torch.nn class; known: {known}")
-    name = found.group(1).decode()
+        pickled = PICKLED_ACTIVATION.search(blob)
+        if pickled is None:
+            raise PolicyLoadError(path, f"data's activation_fn is pickled in a form this loader cannot read; known: {known}")
+        name = (pickled.group(1) or pickled.group(2)).decode()
     if name not in ACTIVATIONS:
-        raise PolicyLoadError(path, f"unknown activation {name}; known: {', '.join(ACTIVATIONS)}")
+        raise PolicyLoadError(path, f"unknown activation {name}; known: {known}")
     return name
 
 

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from harness.errors import PolicyLoadError
-from harness.policies.base import ObsInput
+from harness.policies.base import BatchNorm, ObsInput
 from harness.policies.sb3.archive import ACTIVATIONS
 from harness.policies.sb3.spaces import BoxSpace, DictSpace
 
@@ -88,6 +88,43 @@ def linear_chain(weights: Weights, prefix: str, n_in: int, why: str = "") -> lis
         layers.append(linear(weights, f"{prefix}{i}", n_in, why=why))
         n_in = layers[-1].out_features
     return layers
+
+
+def batch_norm(weights: Weights, prefix: str, size: int, eps: float) -> BatchNorm:
+    """sb3-contrib's BatchRenorm at `prefix` in eval mode: its running statistics and its affine
+    (`steps`, a training counter, is taken and left)."""
+    why = f"a batch renormalization of {size} features"
+    weights.take(f"{prefix}.steps", (), why)
+    mean, var = (weights.take(f"{prefix}.{name}", (size,), why) for name in ("ra_mean", "ra_var"))
+    scale, bias = (weights.take(f"{prefix}.{name}", (size,), why) for name in ("scale", "bias"))
+    return BatchNorm(mean, var, eps, scale, bias)
+
+
+def renormalized_chain(
+    weights: Weights, prefix: str, n_in: int, activation: str, eps: float
+) -> tuple[nn.Sequential, list[int]]:
+    """CrossQ's actor MLP at `prefix`, as create_mlp lays it out with a BatchRenorm before each
+    Linear and CrossQ appends one after the last activation: norm 0, Linear 1, activation 2,
+    norm 3, ..., norm 3n. Returns the Sequential and its hidden sizes."""
+    found = weights.indices(prefix)
+    norms = sorted(
+        int(k[len(prefix) :].split(".")[0]) for k in weights.state if k.startswith(prefix) and k.endswith(".ra_mean")
+    )
+    n = len(found)
+    if found != [3 * k + 1 for k in range(n)] or norms != [3 * k for k in range(n + 1 if n else 0)]:
+        problem = f"policy.pth {prefix}* has Linear layers at {found} and batch norms at {norms}, not CrossQ's layout"
+        raise PolicyLoadError(weights.path, problem)
+    modules: list[nn.Module] = []
+    hidden: list[int] = []
+    for k in range(n):
+        modules.append(batch_norm(weights, f"{prefix}{3 * k}", n_in, eps))
+        layer = linear(weights, f"{prefix}{3 * k + 1}", n_in, why=f"{prefix} on {n_in} features")
+        modules += [layer, ACTIVATIONS[activation]()]
+        n_in = layer.out_features
+        hidden.append(n_in)
+    if n:
+        modules.append(batch_norm(weights, f"{prefix}{3 * n}", n_in, eps))
+    return nn.Sequential(*modules), hidden
 
 
 def mlp_of(layers: list[nn.Linear], activation: str) -> nn.Sequential:
