@@ -1,7 +1,8 @@
 """A run id held by one process at a time: the claim on a run in a results folder.
 
 A run's staging folder `<results>/.staging/<run_id>/` holds its claim: `owner-<n>.json`, made by
-an exclusive create (O_EXCL), so of two processes that make the same name one wins. The highest n
+an exclusive create (a hard link to the owner written whole, which fails where the name
+exists, as O_EXCL does), so of two processes that make the same name one wins. The highest n
 is the run's owner. A new run makes `owner-1`; `--resume`, or a new run over one whose owner died
 before it wrote anything, makes the next n, and of two that try, one gets it. Every write of the
 run checks first that the claim is still its own; the claim ends when the run is published (the
@@ -121,15 +122,20 @@ def _owner_files(staging: Path) -> list[tuple[int, Path]] | None:
 
 
 def _create(path: Path, owner: Owner) -> bool:
-    """Make `path` holding `owner`, only if no file of that name exists: False where one does."""
+    """Make `path` holding `owner`, only if no file of that name exists: False where one does.
+    The owner is written whole under a hidden name first, then linked to `path` (a link, like
+    O_EXCL, fails where the name exists): no reader ever sees the claim empty or half written."""
+    written = path.with_name(f".{path.name}.{owner.token}.tmp")
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with open(written, "x") as f:
+            json.dump(asdict(owner), f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.link(written, path)
     except FileExistsError:
         return False
-    with open(fd, "w") as f:
-        json.dump(asdict(owner), f)
-        f.flush()
-        os.fsync(f.fileno())
+    finally:
+        written.unlink(missing_ok=True)
     return True
 
 
