@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar, assert_never
 
@@ -187,8 +187,8 @@ def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathere
 
 
 def check_row(check: Check, *, unit_id: str, policy: str, dtype: str, workload: str, input_sha256: str) -> CheckRow:
-    """Where the comparison was made (unit, output, devices) beside what it measured and judged,
-    the measured fields taken by name from the judge's record: a sweep's unit or a bench's row."""
+    """Where the comparison was made (unit, output, devices: a sweep's unit or a bench's row)
+    beside the judge's result, which fills its own columns."""
     return CheckRow(
         unit_id=unit_id,
         policy=policy,
@@ -200,7 +200,7 @@ def check_row(check: Check, *, unit_id: str, policy: str, dtype: str, workload: 
         device_b=check.device_b,
         input_sha256=input_sha256,
         gating=check.gating,
-        **asdict(check.result),
+        result=check.result,
     )
 
 
