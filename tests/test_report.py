@@ -118,10 +118,10 @@ def test_run_verdicts_and_exit_codes() -> None:
         (("passed", 10, 0, 0), Verdict.PASSED),
         (("failed", 10, 2, 0), Verdict.FAILED),
         (("failed", 0, 0, 0), Verdict.FAILED),  # a sweep that judged nothing ends failed
-        (("error", 0, 0, 0), Verdict.FAILED),
+        (("error", 0, 0, 0), Verdict.INCOMPLETE),  # no harness writes it: a status not known is unfinished
         (("running", 10, 0, 0), Verdict.INCOMPLETE),  # its finished units passed: not a pass
         (("incomplete", 0, 0, 0), Verdict.INCOMPLETE),
-        (("interrupted", 4, 0, 0), Verdict.INCOMPLETE),  # a status a later harness may add
+        (("interrupted", 4, 0, 0), Verdict.INCOMPLETE),  # stopped by a signal: resumable
         (("running", 10, 1, 0), Verdict.FAILED),  # a failure found so far stands whatever comes
         (("bench", 0, 0, 18), Verdict.BENCH),
         (("bench", 24, 1, 18), Verdict.FAILED),  # the audit failed

@@ -51,8 +51,10 @@ from harness.judge.results import Result, holds
 from harness.judge.returns import Decision, Interval, Margin, Outcome, ReturnComparison, decide, interval, iqm, mean
 from harness.outputs import EpisodeOutput, Outputs
 
+# The `device_b` of a check, where the other side is no card: the CPU float32, the float64
+# golden (the dtype harness.dtypes.GOLDEN_DTYPE), onnxruntime on the original file.
 REFERENCE = "cpu"
-GOLDEN = "cpu-float64"
+GOLDEN_DEVICE = "cpu-float64"
 ONNX_REFERENCE = "onnxruntime"
 # The CPU float32's episodes replayed under the honest-card model (the ulp-noise fault, nudges
 # of its own): where an honest port's trajectories part from the CPU's.
@@ -164,7 +166,7 @@ def judge_batch(
                 checks.append(_decisions(rules, output, label, outputs[output], golden, cpu_same, noise))
                 continue
             port = compare_to_golden(outputs[output], cpu_same[output], gold, rules.dtype, rules.limits)
-            checks.append(Check(output, CheckKind.CPU_REFERENCE, label, GOLDEN, True, port))
+            checks.append(Check(output, CheckKind.CPU_REFERENCE, label, GOLDEN_DEVICE, True, port))
             table = compare_tolerance(outputs[output], cpu_float32[output], rules.tolerance)
             # Values the dtype cannot hold are no question of tolerance: beyond any, whatever the output.
             overflow = bool((~np.isfinite(outputs[output]) & np.isfinite(cpu_float32[output])).any())
@@ -187,7 +189,9 @@ def _decisions(
     limit = FLIP_SCORES * rules.limits.for_size(logits.size) * row_errors(cpu_same[rules.scores], logits, rules.dtype)
     # A row whose golden or CPU score is not finite has no honest near-tie: any flip there fails.
     limit = np.where(np.isfinite(limit), limit, 0.0)
-    return Check(output, CheckKind.DECISIONS, label, GOLDEN, True, compare_decisions(actions, golden[output], scores, limit))
+    return Check(
+        output, CheckKind.DECISIONS, label, GOLDEN_DEVICE, True, compare_decisions(actions, golden[output], scores, limit)
+    )
 
 
 def judge_onnx(rules: Rules, onnx: Outputs, torch_float32: Outputs, golden: Outputs) -> list[Check]:
@@ -199,7 +203,7 @@ def judge_onnx(rules: Rules, onnx: Outputs, torch_float32: Outputs, golden: Outp
             result: Result = compare_bitwise(ort.astype(np.int64), torch_float32[output].astype(np.int64))
         else:
             result = compare_to_golden(ort, torch_float32[output], golden[output], "float32", rules.limits, what="onnxruntime")
-        checks.append(Check(output, CheckKind.ONNX_REFERENCE, ONNX_REFERENCE, GOLDEN, True, result))
+        checks.append(Check(output, CheckKind.ONNX_REFERENCE, ONNX_REFERENCE, GOLDEN_DEVICE, True, result))
     return checks
 
 

@@ -39,7 +39,7 @@ from harness.judge.verdicts import (
     judge_onnx,
 )
 from harness.outputs import EpisodeOutput, Outputs
-from harness.policies import GOLDEN
+from harness.policies import GOLDEN_DTYPE
 from harness.run.place import Placement
 from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
 from harness.store.schema import CheckRow, EpisodeRow
@@ -136,7 +136,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
         case BatchWork():
             job.cards = whole_batch(work)
             job.references = {
-                Role.GOLDEN: reference_batch(work.batch, GOLDEN),
+                Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
                 Role.SAME: reference_batch(work.batch, unit.dtype),
             }
@@ -147,7 +147,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
         case LoaderWork():
             onnx_key = ("reference", unit.policy, work.input_sha256, "onnx")
             job.references = {
-                Role.GOLDEN: reference_batch(work.batch, GOLDEN),
+                Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
                 Role.ONNX: once(onnx_key, lambda: reference.run_onnx.remote(unit.policy, work.batch.obs)),
             }

@@ -17,7 +17,7 @@ from harness.judge.golden import GoldenComparison
 from harness.judge.kinds import CheckKind
 from harness.judge.localize import first_divergent_layer, first_layer_off_golden, first_overflow_layer
 from harness.judge.verdicts import Rules
-from harness.policies import GOLDEN, PolicyNet
+from harness.policies import GOLDEN_DTYPE, PolicyNet
 from harness.run.gather import Watch
 from harness.run.place import Placement
 from harness.run.plan import BatchWork, Unit
@@ -57,7 +57,7 @@ def localize_failures(
         if kind == CheckKind.CROSS_CARD:
             others = watch.follow(0, [placement.cards[0].capture.remote(unit.policy, dtype, obs)], what)
         else:
-            asked = [placement.reference.capture.remote(unit.policy, d, obs) for d in (unit.dtype, GOLDEN)]
+            asked = [placement.reference.capture.remote(unit.policy, d, obs) for d in (unit.dtype, GOLDEN_DTYPE)]
             others = watch.follow(watch.reference, asked, what)
         try:
             mine, *theirs = watch.get([*card, *others])
@@ -87,7 +87,7 @@ def localize_overflow(
     key = (unit.policy, unit.dtype)
     if key not in found:
         what = f"the overflow search of {unit.policy} {unit.dtype} {unit.workload}"
-        asked = [placement.reference.capture.remote(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN)]
+        asked = [placement.reference.capture.remote(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN_DTYPE)]
         try:
             acts, golden = watch.get(watch.follow(watch.reference, asked, what))
         except ray.exceptions.RayError as exc:
