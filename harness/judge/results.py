@@ -5,8 +5,8 @@ fields, the `checks` columns it fills.
 The `checks` table's result columns are the union of these types' fields (`COLUMNS`), so a
 field added to a result is a column, and `result_types` says which types a kind of check holds:
 a `match` over `CheckKind` ending in `assert_never`, so a kind added and not handled here is a
-mypy error. `read_result` turns a stored row back into its result, so the summary and the report
-ask the result, never recompute a rule.
+mypy error; `KINDS` finds them by the kind's name. `read_result` turns a stored row back into
+its result, so the summary and the report ask the result, never recompute a rule.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from harness.judge.compare import Comparison, DecisionComparison, EpisodeCompari
 from harness.judge.golden import GoldenComparison
 from harness.judge.kinds import CheckKind
 from harness.judge.returns import ReturnComparison
+from harness.registry import Registry
 
 Result = Comparison | ToleranceComparison | GoldenComparison | DecisionComparison | EpisodeComparison | ReturnComparison
 ResultType = (
@@ -64,6 +65,10 @@ def result_types(kind: CheckKind) -> tuple[ResultType, ...]:
             assert_never(kind)
 
 
+KINDS: Registry[tuple[ResultType, ...]] = Registry("check kind", {str(kind): result_types(kind) for kind in CheckKind})
+"""Each kind of check by its name (the `checks.kind` column), with the result types it holds."""
+
+
 def holds(kind: CheckKind, result: Result) -> bool:
     """Whether `result` is of a type `kind` holds (a tolerance result is no bitwise one)."""
     return type(result) in result_types(kind)
@@ -101,7 +106,7 @@ def _required(result_type: ResultType) -> tuple[str, ...]:
 def read_result(row: Mapping[str, Any]) -> Result | None:
     """A stored `checks` row as its result: the first of its kind's types whose columns it fills;
     None for a row none fits (one written before a column it needs existed)."""
-    for result_type in result_types(CheckKind(row["kind"])):
+    for result_type in KINDS.get(row["kind"]):
         if all(row.get(name) is not None for name in _required(result_type)):
             filled: dict[str, Any] = {f.name: row.get(f.name) for f in fields(result_type)}
             return result_type(**filled)
