@@ -35,7 +35,8 @@ import numpy as np
 
 from benchmarks import Comparison
 from harness.judge.returns import MIN_EPISODES, Outcome, decide, interval
-from harness.judge.verdicts import ClosedLoopRules, Paired, ReturnComparison, judge_returns
+from harness.judge.returns import ReturnComparison
+from harness.judge.verdicts import ClosedLoopRules, Paired, judge_returns
 
 CACHE = Path(__file__).resolve().parents[1] / ".cache" / "closed_loop_rule"
 # Environment -> how it is made (gymnasium id and keyword arguments) and the PPO training steps.

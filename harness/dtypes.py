@@ -9,14 +9,14 @@ from typing import Final
 CARD_DTYPES: Final = ("float32", "float16", "bfloat16")
 """The dtypes a card is asked to compute in, in the order a sweep lists them."""
 
-GOLDEN: Final = "float64"
+GOLDEN_DTYPE: Final = "float64"
 """The CPU reference's golden: the whole policy, normalizer and head included, in float64."""
 
 REDUCED_FLOAT32: Final[dict[str, int]] = {"float32-tf32": 10, "float32-hf32": 10, "float32-bf16": 7, "float32-fp16": 10}
 """float32 whose matmul inputs a card rounds to this many mantissa bits, products summed in
 float32: the CPU emulates it for the same-dtype reference of such a card."""
 
-MANTISSA_BITS: Final[dict[str, int]] = {"float32": 23, "float16": 10, "bfloat16": 7, GOLDEN: 52, **REDUCED_FLOAT32}
+MANTISSA_BITS: Final[dict[str, int]] = {"float32": 23, "float16": 10, "bfloat16": 7, GOLDEN_DTYPE: 52, **REDUCED_FLOAT32}
 """Explicit mantissa bits of each label: its eps is 2 ** -bits."""
 
 LABEL_ORDER: Final = ("float32", *REDUCED_FLOAT32, "float16", "bfloat16")

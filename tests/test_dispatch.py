@@ -95,8 +95,8 @@ NEW_CHECK = (
     "harness/judge/kinds.py",
     '    ERROR = "error"',
     '    ERROR = "error"\n    NEW = "new"',
-    "harness/report/summary.py",
-    1,  # the measured/limit of a row
+    "harness/judge/results.py",
+    1,  # the result types a kind holds
 )
 
 

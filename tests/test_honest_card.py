@@ -14,7 +14,7 @@ from harness.inference.fault_specs import SIZES, Fault, parse_faults
 from harness.inference.faults import HONEST_SEED, add_ulp_noise, inject, ulp_nudge
 from harness.inference.forward import run_batch
 from harness.judge.golden import RatioLimits, compare_to_golden
-from harness.policies import GOLDEN, PolicyNet, cast_policy, load_policy
+from harness.policies import GOLDEN_DTYPE, PolicyNet, cast_policy, load_policy
 from harness.workloads import make_batch
 
 DEVICE = cpu_reference()
@@ -45,7 +45,7 @@ def test_an_honest_card_passes_the_port_rule(cartpole: PolicyNet, dtype: str) ->
     batch = make_batch(cartpole.info, "normal", 4096, seed=0)
     card = run_batch(add_ulp_noise(cast_policy(cartpole, dtype), 0), DEVICE, batch.obs, batch.noise)
     same = run_batch(cast_policy(cartpole, dtype), DEVICE, batch.obs, batch.noise)
-    golden = run_batch(cast_policy(cartpole, GOLDEN), DEVICE, batch.obs, batch.noise)
+    golden = run_batch(cast_policy(cartpole, GOLDEN_DTYPE), DEVICE, batch.obs, batch.noise)
     port = compare_to_golden(card["logits"], same["logits"], golden["logits"], dtype, RatioLimits())
     assert port.passed, port.detail
 

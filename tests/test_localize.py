@@ -21,7 +21,7 @@ from harness.judge.localize import (
     first_overflow_layer,
     named_layer,
 )
-from harness.policies import GOLDEN, PolicyNet, cast_policy, load_policy
+from harness.policies import GOLDEN_DTYPE, PolicyNet, cast_policy, load_policy
 from harness.policies.matmul_precision import reduce_float32_matmuls
 from harness.workloads import make_batch
 from tests import builders
@@ -97,7 +97,7 @@ def test_identical_policies_agree(policy: PolicyNet) -> None:
     obs = observations(policy)
     acts, ref = capture_activations(copy.deepcopy(policy), obs), capture_activations(policy, obs)
     assert first_divergent_layer(acts, ref) is None
-    golden = capture_activations(cast_policy(policy, GOLDEN), obs)
+    golden = capture_activations(cast_policy(policy, GOLDEN_DTYPE), obs)
     assert first_layer_off_golden(acts, ref, golden, "float32", LIMITS) is None
 
 
@@ -108,7 +108,7 @@ LIMITS = RatioLimits()
 def test_honest_low_precision_is_on_the_golden_at_every_layer(policy: PolicyNet, dtype: str) -> None:
     obs = observations(policy)
     card = capture_activations(cast_policy(policy, dtype), obs)
-    golden = capture_activations(cast_policy(policy, GOLDEN), obs)
+    golden = capture_activations(cast_policy(policy, GOLDEN_DTYPE), obs)
     assert all(a.dtype == np.float64 for a in golden.values())
     assert first_layer_off_golden(card, card, golden, dtype, LIMITS) is None
 
@@ -118,7 +118,7 @@ def test_reduced_float32_is_named_at_the_first_matmul(policy: PolicyNet) -> None
     obs = observations(policy)
     card = capture_activations(reduce_float32_matmuls(cast_policy(policy, "float32")), obs)
     cpu = capture_activations(cast_policy(policy, "float32"), obs)
-    golden = capture_activations(cast_policy(policy, GOLDEN), obs)
+    golden = capture_activations(cast_policy(policy, GOLDEN_DTYPE), obs)
     div = first_layer_off_golden(card, cpu, golden, "float32", LIMITS, modules=layer_modules(policy))
     assert div is not None and div.layer == "body.0" and div.layers_checked == first_layer_after_input(policy)
     assert not div.comparison.passed and div.comparison.error_ratio > 100
@@ -143,7 +143,7 @@ def test_a_corrupt_weight_leaves_the_golden_at_body0(policy: PolicyNet) -> None:
     obs = observations(policy)
     broken = cast_policy(policy, "float32")
     corrupt_first_layer(broken)
-    golden = capture_activations(cast_policy(policy, GOLDEN), obs)
+    golden = capture_activations(cast_policy(policy, GOLDEN_DTYPE), obs)
     div = first_layer_off_golden(capture_activations(broken, obs), capture_activations(policy, obs), golden, "float32", LIMITS)
     assert div is not None and div.layer == "body.0"
 
@@ -161,7 +161,7 @@ def test_nan_where_the_golden_is_finite_is_flagged_at_the_layer_producing_it() -
     policy = load_policy("cartpole")
     obs = (torch.zeros(8, 4),)
     card, cpu = capture_activations(policy, obs), capture_activations(policy, obs)
-    golden = capture_activations(cast_policy(policy, GOLDEN), obs)
+    golden = capture_activations(cast_policy(policy, GOLDEN_DTYPE), obs)
     card["body.2"][3, 5] = np.nan
     div = first_layer_off_golden(card, cpu, golden, "float32", LIMITS)
     assert div is not None and (div.layer, div.layers_checked, div.index) == ("body.2", 3, (3, 5))
@@ -182,7 +182,7 @@ def test_the_layer_where_a_dtype_overflows_is_named(tmp_path: Path) -> None:
     policy = load_policy(str(builders.float16_overflow(tmp_path)))
     obs = observations(policy)
     acts = capture_activations(cast_policy(policy, "float16"), obs)
-    golden = capture_activations(cast_policy(policy, GOLDEN), obs)
+    golden = capture_activations(cast_policy(policy, GOLDEN_DTYPE), obs)
     overflow = first_overflow_layer(acts, golden, modules=layer_modules(policy))
     assert overflow is not None and overflow.layer == "body.0" and overflow.largest > 65504
     assert overflow.describe("float16").startswith("the overflow begins at body.0 Linear(4, 16): ")

@@ -17,6 +17,7 @@ from harness.errors import PolicyLoadError, UsageError
 from harness.policies import CARTPOLE_ZIP, load_policy, registry
 from harness.policies.base import ObsInput, PolicyInfo, PolicyNet, mlp
 from harness.policies.loader import Peek, PolicyFormat, PolicySpec
+from harness.registry import Registry
 
 
 class ToyFormat(PolicyFormat):
@@ -44,9 +45,9 @@ class ToyFormat(PolicyFormat):
 
 
 @pytest.fixture
-def formats(monkeypatch: pytest.MonkeyPatch) -> list[type[PolicyFormat]]:
+def formats(monkeypatch: pytest.MonkeyPatch) -> Registry[type[PolicyFormat]]:
     """The registry's table, restored after the test."""
-    monkeypatch.setattr(registry, "FORMATS", list(registry.FORMATS))
+    monkeypatch.setattr(registry, "FORMATS", registry.FORMATS.copy())
     return registry.FORMATS
 
 
@@ -55,7 +56,7 @@ def _toy(path: Path) -> Path:
     return path
 
 
-def test_a_new_format_is_one_class_and_one_registration(formats: list[type[PolicyFormat]], tmp_path: Path) -> None:
+def test_a_new_format_is_one_class_and_one_registration(formats: Registry[type[PolicyFormat]], tmp_path: Path) -> None:
     toy = _toy(tmp_path / "policy.toy")
     with pytest.raises(UsageError, match="unknown policy"):
         load_policy(str(toy))
@@ -68,7 +69,7 @@ def test_a_new_format_is_one_class_and_one_registration(formats: list[type[Polic
     assert load_policy(str(tmp_path)).info.name == str(toy)
 
 
-def test_a_file_two_formats_claim_is_refused_naming_both(formats: list[type[PolicyFormat]], tmp_path: Path) -> None:
+def test_a_file_two_formats_claim_is_refused_naming_both(formats: Registry[type[PolicyFormat]], tmp_path: Path) -> None:
     class Twin(ToyFormat):
         name = "twin"
 

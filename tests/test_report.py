@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from harness.judge.compare import ToleranceComparison
 from harness.report.outcome import EXIT_CODES, Verdict, run_verdict
 from harness.report.run_page import first_mismatch
 from harness.store.schema import CheckRow
@@ -117,10 +118,10 @@ def test_run_verdicts_and_exit_codes() -> None:
         (("passed", 10, 0, 0), Verdict.PASSED),
         (("failed", 10, 2, 0), Verdict.FAILED),
         (("failed", 0, 0, 0), Verdict.FAILED),  # a sweep that judged nothing ends failed
-        (("error", 0, 0, 0), Verdict.FAILED),
+        (("error", 0, 0, 0), Verdict.INCOMPLETE),  # no harness writes it: a status not known is unfinished
         (("running", 10, 0, 0), Verdict.INCOMPLETE),  # its finished units passed: not a pass
         (("incomplete", 0, 0, 0), Verdict.INCOMPLETE),
-        (("interrupted", 4, 0, 0), Verdict.INCOMPLETE),  # a status a later harness may add
+        (("interrupted", 4, 0, 0), Verdict.INCOMPLETE),  # stopped by a signal: resumable
         (("running", 10, 1, 0), Verdict.FAILED),  # a failure found so far stands whatever comes
         (("bench", 0, 0, 18), Verdict.BENCH),
         (("bench", 24, 1, 18), Verdict.FAILED),  # the audit failed
@@ -269,20 +270,22 @@ def check_row(passed: bool, max_abs: float, gating: bool = True) -> CheckRow:
         device_b="cpu",
         input_sha256="ab" * 32,
         gating=gating,
-        passed=passed,
-        bitwise_equal=False,
-        n_elements=16,
-        n_mismatch=3,
-        max_ulp=9,
-        max_abs=max_abs,
-        mean_abs=max_abs / 4,
-        max_rel=0.01,
-        cosine=0.99999,
-        ref_max_abs=2.1,
-        atol=0.05,
-        rtol=0.02,
-        min_cos=0.999,
-        detail="" if passed else "max_abs 3 > 0.05 + 0.02 * 2.1",
+        result=ToleranceComparison(
+            passed=passed,
+            bitwise_equal=False,
+            n_elements=16,
+            n_mismatch=3,
+            max_ulp=9,
+            max_abs=max_abs,
+            mean_abs=max_abs / 4,
+            max_rel=0.01,
+            cosine=0.99999,
+            ref_max_abs=2.1,
+            atol=0.05,
+            rtol=0.02,
+            min_cos=0.999,
+            detail="" if passed else "max_abs 3 > 0.05 + 0.02 * 2.1",
+        ),
     )
 
 

@@ -13,7 +13,8 @@ import pytest
 
 from harness.judge.kinds import CheckKind
 from harness.judge.returns import MIN_EPISODES, Interval, Margin, Outcome, decide, expanded_level, interval, iqm
-from harness.judge.verdicts import ClosedLoopRules, Paired, Published, ReturnComparison, judge_published, judge_returns
+from harness.judge.returns import ReturnComparison
+from harness.judge.verdicts import ClosedLoopRules, Paired, Published, judge_published, judge_returns
 
 RULES = ClosedLoopRules()
 

@@ -36,7 +36,7 @@ from stable_baselines3.common.policies import BaseModel
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
-from harness.dtypes import GOLDEN
+from harness.dtypes import GOLDEN_DTYPE
 from harness.errors import PolicyLoadError
 from harness.inference.capture import capture_activations, layer_modules
 from harness.inference.forward import forward_outputs, head_name
@@ -411,7 +411,7 @@ def test_layers_take_the_card_dtype_and_preprocessing_stays_float32(saved: Saved
     _, obs = observations(saved, policy)
     with torch.inference_mode():
         out = half(*obs)
-        golden = cast_policy(policy, GOLDEN)(*obs)
+        golden = cast_policy(policy, GOLDEN_DTYPE)(*obs)
     assert out.dtype == torch.float32 and golden.dtype == torch.float64
     assert bool(torch.isfinite(golden).all())
 
@@ -583,7 +583,7 @@ def export_error(policy: PolicyNet, path: Path, kind: str, rows: int) -> ExportE
     got = dict(zip([head, "deterministic_actions"], session.run(None, feeds), strict=True))
     obs = tuple(torch.from_numpy(o) for o in batch.obs)
     ours = forward_outputs(policy, obs, torch.from_numpy(batch.noise))
-    golden = forward_outputs(cast_policy(policy, GOLDEN), obs, torch.from_numpy(batch.noise))
+    golden = forward_outputs(cast_policy(policy, GOLDEN_DTYPE), obs, torch.from_numpy(batch.noise))
     limit = max(ATOL * max(1.0, float(ours[head].abs().max())), 2 * max_diff(ours[head], golden[head]))
     # tanh and the bounds shrink an error, never grow it past the bounds' span
     span = 1.0 if policy.action_low is None else float((policy.action_high - policy.action_low).max())
@@ -714,7 +714,7 @@ def test_crossq_batch_norms_keep_their_statistics_float32_on_a_card(tmp_path: Pa
     _, obs = observations(saved, policy)
     obs = (obs[0] * 1e3,)  # observations on that scale
     with torch.inference_mode():
-        golden = cast_policy(policy, GOLDEN)(*obs)
+        golden = cast_policy(policy, GOLDEN_DTYPE)(*obs)
         half = cast_policy(policy, "float16")
         assert {b.dtype for b in half.body[0].buffers()} == {torch.float32}
         out = half(*obs)

@@ -26,7 +26,7 @@ from harness.judge.verdicts import (
     tolerance_of,
 )
 from harness.outputs import EpisodeOutput
-from harness.policies import GOLDEN, PolicyNet, cast_policy, load_policy
+from harness.policies import GOLDEN_DTYPE, PolicyNet, cast_policy, load_policy
 from harness.workloads import ObsBatch, batch_sha256, make_batch
 from tests import builders
 from tests.third_party import ZOO_ZIP
@@ -49,7 +49,7 @@ def _rules(policy: PolicyNet, dtype: str, user: dict[str, Tolerance] | None = No
 
 
 def _judge(policy: PolicyNet, dtype: str, batch: ObsBatch, cards: dict, user: dict[str, Tolerance] | None = None) -> list:
-    golden, same, float32 = (_outputs(policy, d, batch) for d in (GOLDEN, dtype, "float32"))
+    golden, same, float32 = (_outputs(policy, d, batch) for d in (GOLDEN_DTYPE, dtype, "float32"))
     return judge_batch(_rules(policy, dtype, user), batch.noise, cards, golden, same, float32)
 
 
@@ -112,7 +112,7 @@ def test_a_wrong_card_fails_the_port_and_a_clear_flipped_decision_fails_decision
 def test_a_near_tie_flip_passes_decisions(cartpole) -> None:
     batch = make_batch(cartpole.info, "normal", 4096, seed=0)
     out = _outputs(cartpole, "float16", batch)
-    golden = _outputs(cartpole, GOLDEN, batch)
+    golden = _outputs(cartpole, GOLDEN_DTYPE, batch)
     margins = np.abs(golden["logits"][:, 0] - golden["logits"][:, 1])
     i = int(np.argmin(margins))  # the closest call of 4096: a float16 card may go either way
     flipped = dict(out, action=out["action"].copy())
@@ -182,7 +182,7 @@ def test_the_table_gates_bounded_outputs_and_where_the_user_sets_it(cartpole) ->
 
 def test_the_loader_check_judges_onnxruntime_by_the_port_rule(cartpole) -> None:
     batch = make_batch(cartpole.info, "normal", 64, seed=0)
-    golden, float32 = _outputs(cartpole, GOLDEN, batch), _outputs(cartpole, "float32", batch)
+    golden, float32 = _outputs(cartpole, GOLDEN_DTYPE, batch), _outputs(cartpole, "float32", batch)
     onnx = {"logits": float32["logits"].copy(), "action": float32["action"].copy()}
     rules = _rules(cartpole, "float32")
     assert all(
@@ -260,7 +260,7 @@ def test_a_float16_overflow_the_cpu_shares_fails_the_dtype_not_the_port(overflow
     batch = make_batch(overflowing.info, "normal", 256, seed=0)
     card = _outputs(overflowing, "float16", batch)  # an honest float16 card computes what the CPU in float16 does
     bad = ~np.isfinite(card["logits"])
-    assert bad.any() and not bad.all() and np.isfinite(_outputs(overflowing, GOLDEN, batch)["logits"]).all()
+    assert bad.any() and not bad.all() and np.isfinite(_outputs(overflowing, GOLDEN_DTYPE, batch)["logits"]).all()
     checks = {(c.kind, c.output): c for c in _judge(overflowing, "float16", batch, {"sim-cpu0": card})}
     port = checks["cpu_reference", "logits"]
     assert port.passed and port.gating and port.result.n_overflow == np.count_nonzero(bad)

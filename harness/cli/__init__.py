@@ -10,15 +10,21 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from types import ModuleType
 from typing import NoReturn
 
 from harness.cli import bench, export_onnx, info, query, report, sweep
 from harness.errors import InfrastructureError, RunLost, UsageError
+from harness.registry import Registry
 from harness.run.signals import sigterm_interrupts
 
-# In the order `harness --help` lists them. A module that fails to import fails the command
-# line, loudly: a subcommand never goes missing in silence.
-COMMANDS = (info, sweep, bench, query, report, export_onnx)
+# By the name each module registers its subcommand as, in the order `harness --help` lists them.
+# A module that fails to import fails the command line, loudly: a subcommand never goes missing
+# in silence.
+COMMANDS: Registry[ModuleType] = Registry(
+    "command",
+    {"info": info, "sweep": sweep, "bench": bench, "query": query, "report": report, "export-onnx": export_onnx},
+)
 
 
 class Parser(argparse.ArgumentParser):
@@ -39,14 +45,21 @@ def build_parser() -> argparse.ArgumentParser:
         "interrupted (Ctrl-C, SIGTERM), resumable the same way",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for command in COMMANDS:
+    for command in COMMANDS.values():
         command.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    if words and not words[0].startswith("-") and words[0] not in COMMANDS:
+        return answer(lambda: _unknown(words[0]))
+    args = build_parser().parse_args(words)
     return answer(lambda: int(args.func(args)))
+
+
+def _unknown(command: str) -> int:
+    raise COMMANDS.unknown(command)
 
 
 def answer(command: Callable[[], int], name: str = "harness") -> int:

@@ -4,14 +4,14 @@ harness needs of that family (harness/devices/base.py `Accelerator`).
 Light on purpose: `harness --help` and option validation read the names from here without
 importing torch. Each class is imported by its path only when a run asks for it, as
 lm-evaluation-harness registers its backends. Adding an accelerator is one module with one
-`Accelerator` subclass and one line in ACCELERATORS (or `register` from outside the package).
+`Accelerator` subclass and one line in ACCELERATORS (or `register` from outside the package;
+a name taken already is refused).
 Nothing outside harness/devices/ names a kind: the run, the actors and `harness info` ask the
 class.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from harness.devices.kind import Kind
 from harness.errors import UsageError
+from harness.registry import Registry
 
 if TYPE_CHECKING:
     from harness.devices.base import Accelerator
@@ -27,11 +28,10 @@ AUTO = "auto"
 
 # name -> "module:Class", imported on first use. The order is `auto`'s: the first whose card is
 # there, the simulated CPU cards when none is.
-ACCELERATORS: dict[str, str | type[Accelerator]] = {
-    "npu": "harness.devices.npu:Npu",
-    "cuda": "harness.devices.cuda:Cuda",
-    "cpu": "harness.devices.cpu:SimulatedCpu",
-}
+ACCELERATORS: Registry[str | type[Accelerator]] = Registry(
+    "--accelerator",
+    {"npu": "harness.devices.npu:Npu", "cuda": "harness.devices.cuda:Cuda", "cpu": "harness.devices.cpu:SimulatedCpu"},
+)
 SIMULATED = Kind("cpu")
 """Simulated cards on the CPU: what `auto` gets where no accelerator is, and the CPU reference's kind."""
 
@@ -57,9 +57,7 @@ def as_kind(name: str) -> Kind:
     """`name` as a Kind; a name that is not registered is a UsageError that lists those that are."""
     if name in ACCELERATORS:
         return Kind(name)
-    close = difflib.get_close_matches(name, list(ACCELERATORS), n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise UsageError(f"--accelerator {name!r} is not one of {', '.join(choices())}{hint}")
+    raise ACCELERATORS.unknown(name, choices())
 
 
 def accelerator(kind: str) -> Accelerator:
@@ -68,7 +66,7 @@ def accelerator(kind: str) -> Accelerator:
 
     kind = as_kind(kind)
     if kind not in _instances:
-        target = ACCELERATORS[kind]
+        target = ACCELERATORS.get(kind)
         if isinstance(target, str):
             module, _, attribute = target.partition(":")
             target = getattr(importlib.import_module(module), attribute)
@@ -83,16 +81,12 @@ def accelerators() -> list[Accelerator]:
 
 
 def register(name: str, target: str | type[Accelerator]) -> Kind:
-    """Add (or replace) an accelerator: `target` is its class or its "module:Class" path. It takes
-    its place before the simulated CPU cards, so `auto` tries it before falling back to them."""
+    """Add an accelerator: `target` is its class or its "module:Class" path. It takes its place
+    before the simulated CPU cards, so `auto` tries it before falling back to them. A name taken
+    already is refused (ValueError)."""
     if not name or name == AUTO or not name.isidentifier():
         raise ValueError(f"an accelerator's name must be an identifier other than {AUTO!r}, got {name!r}")
-    entries = {k: v for k, v in ACCELERATORS.items() if k not in (name, SIMULATED)}
-    entries[name] = target
-    if SIMULATED in ACCELERATORS and name != SIMULATED:
-        entries[SIMULATED] = ACCELERATORS[SIMULATED]
-    ACCELERATORS.clear()
-    ACCELERATORS.update(entries)
+    ACCELERATORS.register(name, target, before=SIMULATED)
     _instances.pop(name, None)
     return Kind(name)
 
@@ -100,14 +94,12 @@ def register(name: str, target: str | type[Accelerator]) -> Kind:
 @contextmanager
 def registered(name: str, target: str | type[Accelerator]) -> Iterator[Kind]:
     """`register` for the length of a `with` block (tests); the registry is put back after it."""
-    saved, saved_instances = dict(ACCELERATORS), dict(_instances)
+    kind = register(name, target)
     try:
-        yield register(name, target)
+        yield kind
     finally:
-        ACCELERATORS.clear()
-        ACCELERATORS.update(saved)
-        _instances.clear()
-        _instances.update(saved_instances)
+        ACCELERATORS.unregister(name)
+        _instances.pop(name, None)
 
 
 def resolve_accelerator(requested: str) -> Kind:

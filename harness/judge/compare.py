@@ -3,6 +3,8 @@
 Pure numpy, no torch and no Ray, so results can be judged anywhere, again, under new thresholds.
 Each function returns a record that keeps what was measured apart from the thresholds it was
 judged by, as Polygraphy does: a `checks` row can be re-judged with SQL without rerunning a card.
+Each record's fields are the `checks` columns it fills, and it says how near its limit it came
+(`over_limit`); harness/judge/results.py gathers them.
 
 - `compare_bitwise`: two cards must agree bit for bit. ULP distances are counted on a monotonic
   integer line (see `ulp_distance`), so neighbours across zero are 1 or 2 apart and -0.0/+0.0 are
@@ -57,6 +59,10 @@ class Tolerance:
         if not -1.0 <= self.min_cos <= 1.0:
             raise ValueError(f"min_cos must lie in [-1, 1], got {self.min_cos}")
 
+    def bound(self, scale: float) -> float:
+        """The largest max_abs allowed against a reference whose largest magnitude is `scale`."""
+        return self.atol + self.rtol * scale
+
 
 TOLERANCES: Final[dict[str, Tolerance]] = {
     "float32": Tolerance(atol=1e-5, rtol=1e-5, min_cos=0.999999),
@@ -96,8 +102,8 @@ Why these numbers:
 
 @dataclass(frozen=True)
 class Comparison:
-    """Two outputs compared element by element: bit for bit, or within a tolerance. The field
-    names are `checks` columns; a row is built from them by name."""
+    """Two outputs compared bit for bit (two cards, a row alone and inside a batch, the timed path
+    and the sweep's): passed only when equal, so it has no limit to be near."""
 
     passed: bool
     bitwise_equal: bool
@@ -112,14 +118,35 @@ class Comparison:
     """Largest |a - r| / max(|r|, REL_FLOOR * max|r|)."""
     cosine: float
     """Over the flattened arrays; 1.0 when both are zero, 0.0 when only one is."""
-    ref_max_abs: float | None
-    """max|reference|, the scale the tolerance bound is read at; None for a bitwise check."""
-    atol: float | None
-    """The thresholds the verdict used; None where the check has none (bitwise)."""
-    rtol: float | None
-    min_cos: float | None
     detail: str
     """The first mismatch or the failing reasons, "; "-separated; "" when clean."""
+
+    def over_limit(self) -> float | None:
+        return None
+
+
+@dataclass(frozen=True)
+class ToleranceComparison(Comparison):
+    """An output against a reference within a fixed tolerance: the elementwise measures beside the
+    thresholds the verdict used and the scale the bound is read at."""
+
+    ref_max_abs: float
+    """max|reference|, the scale the tolerance bound is read at."""
+    atol: float
+    rtol: float
+    min_cos: float
+
+    @property
+    def tolerance(self) -> Tolerance:
+        return Tolerance(self.atol, self.rtol, self.min_cos)
+
+    def over_limit(self) -> float:
+        """The larger of max_abs over its bound and 1 - cosine over 1 - min_cos: 1 is the limit."""
+        bound = self.tolerance.bound(self.ref_max_abs)
+        by_abs = self.max_abs / bound if bound > 0 else (0.0 if self.max_abs == 0 else float("inf"))
+        slack = 1.0 - self.min_cos
+        by_cos = (1.0 - self.cosine) / slack if slack > 0 else 0.0
+        return float(max(by_abs, by_cos))
 
 
 @dataclass(frozen=True)
@@ -138,6 +165,28 @@ class DecisionComparison:
     flip_margin_limit: float | None
     """That flip's limit: the row passes when max_flip_margin <= flip_margin_limit."""
     detail: str
+
+    def over_limit(self) -> float:
+        """The flip nearest to failing, its margin over its limit: 0 without flips."""
+        if not self.n_flips or self.max_flip_margin is None:
+            return 0.0
+        limit = self.flip_margin_limit
+        return float(self.max_flip_margin / limit) if limit else float("inf")
+
+
+@dataclass(frozen=True)
+class EpisodeComparison:
+    """Episodes of one unit on a card against the same episodes on card 0, bit for bit: no limit."""
+
+    passed: bool
+    n_elements: int
+    episode_seed: int | None
+    """The first episode whose trajectory parts from the other's; None when none does."""
+    first_divergent_step: int | None
+    detail: str
+
+    def over_limit(self) -> float | None:
+        return None
 
 
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -162,11 +211,10 @@ def compare_bitwise(a: np.ndarray, b: np.ndarray) -> Comparison:
     ulp = ulp_distances(a, b)
     equal = bool(same.all())
     detail = "" if equal else _first_mismatch(a, b, same, ulp)
-    m = measure(as_float64(a), as_float64(b))
-    return _comparison(a, same, ulp, m, None, None, equal, detail)
+    return _comparison(a, same, ulp, measure(as_float64(a), as_float64(b)), equal, detail)
 
 
-def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance) -> Comparison:
+def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance) -> ToleranceComparison:
     """An output against a reference: within `tol`, and free of NaN and inf."""
     actual, reference = np.asarray(actual), np.asarray(reference)
     check_pair(actual, reference)
@@ -177,26 +225,33 @@ def compare_tolerance(actual: np.ndarray, reference: np.ndarray, tol: Tolerance)
 
     reasons = nonfinite_reasons(act64, "output") + nonfinite_reasons(ref64, "reference")
     if not reasons:
-        bound = tol.atol + tol.rtol * scale
+        bound = tol.bound(scale)
         if not m.max_abs <= bound:
             reasons.append(_max_abs_reason(actual, reference, m.max_abs, tol, bound))
         if not m.cosine >= tol.min_cos:
             reasons.append(f"cosine {m.cosine:.9g} < min_cos {tol.min_cos:g}")
 
-    return _comparison(actual, same, ulp_distances(actual, reference), m, tol, scale, not reasons, "; ".join(reasons))
+    c = _comparison(actual, same, ulp_distances(actual, reference), m, not reasons, "; ".join(reasons))
+    return ToleranceComparison(
+        passed=c.passed,
+        bitwise_equal=c.bitwise_equal,
+        n_elements=c.n_elements,
+        n_mismatch=c.n_mismatch,
+        max_ulp=c.max_ulp,
+        max_abs=c.max_abs,
+        mean_abs=c.mean_abs,
+        max_rel=c.max_rel,
+        cosine=c.cosine,
+        detail=c.detail,
+        ref_max_abs=scale,
+        atol=tol.atol,
+        rtol=tol.rtol,
+        min_cos=tol.min_cos,
+    )
 
 
-def _comparison(
-    a: np.ndarray,
-    same: np.ndarray,
-    ulp: np.ndarray,
-    m: Measures,
-    tol: Tolerance | None,
-    scale: float | None,
-    passed: bool,
-    detail: str,
-) -> Comparison:
-    """The record of a bitwise or tolerance verdict: what was measured next to what judged it."""
+def _comparison(a: np.ndarray, same: np.ndarray, ulp: np.ndarray, m: Measures, passed: bool, detail: str) -> Comparison:
+    """What was measured element by element, with the verdict."""
     return Comparison(
         passed=passed,
         bitwise_equal=bool(same.all()),
@@ -207,10 +262,6 @@ def _comparison(
         mean_abs=m.mean_abs,
         max_rel=m.max_rel,
         cosine=m.cosine,
-        ref_max_abs=scale,
-        atol=tol.atol if tol else None,
-        rtol=tol.rtol if tol else None,
-        min_cos=tol.min_cos if tol else None,
         detail=detail,
     )
 

@@ -107,6 +107,12 @@ class GoldenComparison:
     card's dtype is not finite either: the dtype's overflow, which the port rule forgives."""
     detail: str
 
+    def over_limit(self) -> float | None:
+        """The larger ratio over its limit: 1 is the limit."""
+        if not self.ratio_limit:
+            return None
+        return float(max(self.error_ratio, self.max_ratio) / self.ratio_limit)
+
 
 def compare_to_golden(
     actual: np.ndarray, cpu_same: np.ndarray, golden: np.ndarray, dtype: str, limits: RatioLimits, *, what: str = "card"

@@ -1,6 +1,7 @@
-"""The kinds of check a sweep (and a bench's audit) makes: one enum, so a kind added here and forgotten where checks are
-judged, summarized or reported is a type error (every `match` over it ends in `assert_never`),
-never a row misrouted to a default branch. The values are the `checks.kind` column."""
+"""The kinds of check a sweep (and a bench's audit) makes: one enum, so a kind added here and not
+given its result types in harness/judge/results.py is a type error (`result_types` matches over
+it and ends in `assert_never`), never a row misrouted to a default branch; the summary and the
+report ask the result. The values are the `checks.kind` column."""
 
 from __future__ import annotations
 

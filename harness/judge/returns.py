@@ -188,3 +188,79 @@ def _needed(difference: Interval, margin: float, n: int, fixed: float) -> int | 
     if room <= 0 or ours == 0:
         return None
     return max(n + 1, math.ceil(n * ours**2 / room))
+
+
+@dataclass(frozen=True)
+class ReturnComparison:
+    """Closed-loop returns against a reference, as distributions (`harness.judge.returns`):
+    episode_return (a card, paired with the CPU float32's episodes of the same seeds) and
+    published_return (the CPU float32's against the published score)."""
+
+    passed: bool
+    n_elements: int  # episodes judged
+    outcome: str  # pass, fail, inconclusive
+    return_a: float  # mean return of the card (published_return: of the CPU float32)
+    return_a_low: float
+    return_a_high: float
+    iqm_a: float  # its interquartile mean
+    iqm_a_low: float
+    iqm_a_high: float
+    return_b: float  # mean return of the CPU float32 (published_return: the published mean)
+    return_b_low: float
+    return_b_high: float
+    iqm_b: float | None  # None for a published score
+    iqm_b_low: float | None
+    iqm_b_high: float | None
+    return_diff: float  # a - b: the mean paired difference (episode_return)
+    return_diff_low: float
+    return_diff_high: float
+    return_margin: float  # PASS when return_diff_low > -return_margin, FAIL when return_diff_high < -return_margin
+    episodes_needed: int | None
+    published_std: float | None
+    detail: str
+    episode_seed: int | None = None
+    """episode_return: the first episode whose trajectory parts from the CPU's; None when none does."""
+    first_divergent_step: int | None = None
+
+    def over_limit(self) -> float:
+        """How far the interval reaches below zero, in margins: PASS below 1."""
+        loss = max(0.0, -float(self.return_diff_low))
+        if self.return_margin:
+            return loss / float(self.return_margin)
+        return 0.0 if self.outcome == Outcome.PASS else float("inf")
+
+    @staticmethod
+    def of(
+        decision: Decision,
+        n: int,
+        a: tuple[Interval, Interval],
+        b: tuple[Interval, Interval | None],
+        published_std: float | None,
+        detail: str,
+    ) -> ReturnComparison:
+        (mean_a, iqm_a), (mean_b, iqm_b) = a, b
+        d = decision.difference
+        return ReturnComparison(
+            passed=decision.outcome is Outcome.PASS,
+            n_elements=n,
+            outcome=str(decision.outcome),
+            return_a=mean_a.estimate,
+            return_a_low=mean_a.low,
+            return_a_high=mean_a.high,
+            iqm_a=iqm_a.estimate,
+            iqm_a_low=iqm_a.low,
+            iqm_a_high=iqm_a.high,
+            return_b=mean_b.estimate,
+            return_b_low=mean_b.low,
+            return_b_high=mean_b.high,
+            iqm_b=None if iqm_b is None else iqm_b.estimate,
+            iqm_b_low=None if iqm_b is None else iqm_b.low,
+            iqm_b_high=None if iqm_b is None else iqm_b.high,
+            return_diff=d.estimate,
+            return_diff_low=d.low,
+            return_diff_high=d.high,
+            return_margin=decision.margin,
+            episodes_needed=decision.episodes_needed,
+            published_std=published_std,
+            detail=detail,
+        )

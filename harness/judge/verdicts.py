@@ -39,19 +39,22 @@ import numpy as np
 from harness.judge.compare import (
     TOLERANCES,
     Comparison,
-    DecisionComparison,
+    EpisodeComparison,
     Tolerance,
     compare_bitwise,
     compare_decisions,
     compare_tolerance,
 )
+from harness.judge.golden import RatioLimits, compare_to_golden, row_errors
 from harness.judge.kinds import CheckKind
-from harness.judge.golden import GoldenComparison, RatioLimits, compare_to_golden, row_errors
-from harness.judge.returns import Decision, Interval, Margin, Outcome, decide, interval, iqm, mean
+from harness.judge.results import Result, holds
+from harness.judge.returns import Decision, Interval, Margin, Outcome, ReturnComparison, decide, interval, iqm, mean
 from harness.outputs import EpisodeOutput, Outputs
 
+# The `device_b` of a check, where the other side is no card: the CPU float32, the float64
+# golden (the dtype harness.dtypes.GOLDEN_DTYPE), onnxruntime on the original file.
 REFERENCE = "cpu"
-GOLDEN = "cpu-float64"
+GOLDEN_DEVICE = "cpu-float64"
 ONNX_REFERENCE = "onnxruntime"
 # The CPU float32's episodes replayed under the honest-card model (the ulp-noise fault, nudges
 # of its own): where an honest port's trajectories part from the CPU's.
@@ -67,90 +70,6 @@ _Z95 = 1.959963984540054
 
 
 @dataclass(frozen=True)
-class EpisodeComparison:
-    """Episodes of one unit on a card against the same episodes on card 0, bit for bit."""
-
-    passed: bool
-    n_elements: int
-    episode_seed: int | None
-    """The first episode whose trajectory parts from the other's; None when none does."""
-    first_divergent_step: int | None
-    detail: str
-
-
-@dataclass(frozen=True)
-class ReturnComparison:
-    """Closed-loop returns against a reference, as distributions (`harness.judge.returns`):
-    episode_return (a card, paired with the CPU float32's episodes of the same seeds) and
-    published_return (the CPU float32's against the published score)."""
-
-    passed: bool
-    n_elements: int  # episodes judged
-    outcome: str  # pass, fail, inconclusive
-    return_a: float  # mean return of the card (published_return: of the CPU float32)
-    return_a_low: float
-    return_a_high: float
-    iqm_a: float  # its interquartile mean
-    iqm_a_low: float
-    iqm_a_high: float
-    return_b: float  # mean return of the CPU float32 (published_return: the published mean)
-    return_b_low: float
-    return_b_high: float
-    iqm_b: float | None  # None for a published score
-    iqm_b_low: float | None
-    iqm_b_high: float | None
-    return_diff: float  # a - b: the mean paired difference (episode_return)
-    return_diff_low: float
-    return_diff_high: float
-    return_margin: float  # PASS when return_diff_low > -return_margin, FAIL when return_diff_high < -return_margin
-    episodes_needed: int | None
-    published_std: float | None
-    detail: str
-    episode_seed: int | None = None
-    """episode_return: the first episode whose trajectory parts from the CPU's; None when none does."""
-    first_divergent_step: int | None = None
-
-    @staticmethod
-    def of(
-        decision: Decision,
-        n: int,
-        a: tuple[Interval, Interval],
-        b: tuple[Interval, Interval | None],
-        published_std: float | None,
-        detail: str,
-    ) -> ReturnComparison:
-        (mean_a, iqm_a), (mean_b, iqm_b) = a, b
-        d = decision.difference
-        return ReturnComparison(
-            passed=decision.outcome is Outcome.PASS,
-            n_elements=n,
-            outcome=str(decision.outcome),
-            return_a=mean_a.estimate,
-            return_a_low=mean_a.low,
-            return_a_high=mean_a.high,
-            iqm_a=iqm_a.estimate,
-            iqm_a_low=iqm_a.low,
-            iqm_a_high=iqm_a.high,
-            return_b=mean_b.estimate,
-            return_b_low=mean_b.low,
-            return_b_high=mean_b.high,
-            iqm_b=None if iqm_b is None else iqm_b.estimate,
-            iqm_b_low=None if iqm_b is None else iqm_b.low,
-            iqm_b_high=None if iqm_b is None else iqm_b.high,
-            return_diff=d.estimate,
-            return_diff_low=d.low,
-            return_diff_high=d.high,
-            return_margin=decision.margin,
-            episodes_needed=decision.episodes_needed,
-            published_std=published_std,
-            detail=detail,
-        )
-
-
-Result = Comparison | GoldenComparison | DecisionComparison | EpisodeComparison | ReturnComparison
-
-
-@dataclass(frozen=True)
 class Check:
     """One comparison: which output, which kind of check, which two devices, whether it counts
     toward the run's verdict, and the measured result (its fields are `checks` columns)."""
@@ -161,6 +80,10 @@ class Check:
     device_b: str
     gating: bool
     result: Result
+
+    def __post_init__(self) -> None:
+        if not holds(self.kind, self.result):
+            raise TypeError(f"a {self.kind} check cannot hold a {type(self.result).__name__}")
 
     @property
     def passed(self) -> bool:
@@ -204,10 +127,6 @@ def error_check(device: str, message: str) -> Check:
         mean_abs=nan,
         max_rel=nan,
         cosine=nan,
-        ref_max_abs=None,
-        atol=None,
-        rtol=None,
-        min_cos=None,
         detail=message,
     )
     return Check("*", CheckKind.ERROR, device, "", True, result)
@@ -247,7 +166,7 @@ def judge_batch(
                 checks.append(_decisions(rules, output, label, outputs[output], golden, cpu_same, noise))
                 continue
             port = compare_to_golden(outputs[output], cpu_same[output], gold, rules.dtype, rules.limits)
-            checks.append(Check(output, CheckKind.CPU_REFERENCE, label, GOLDEN, True, port))
+            checks.append(Check(output, CheckKind.CPU_REFERENCE, label, GOLDEN_DEVICE, True, port))
             table = compare_tolerance(outputs[output], cpu_float32[output], rules.tolerance)
             # Values the dtype cannot hold are no question of tolerance: beyond any, whatever the output.
             overflow = bool((~np.isfinite(outputs[output]) & np.isfinite(cpu_float32[output])).any())
@@ -270,7 +189,9 @@ def _decisions(
     limit = FLIP_SCORES * rules.limits.for_size(logits.size) * row_errors(cpu_same[rules.scores], logits, rules.dtype)
     # A row whose golden or CPU score is not finite has no honest near-tie: any flip there fails.
     limit = np.where(np.isfinite(limit), limit, 0.0)
-    return Check(output, CheckKind.DECISIONS, label, GOLDEN, True, compare_decisions(actions, golden[output], scores, limit))
+    return Check(
+        output, CheckKind.DECISIONS, label, GOLDEN_DEVICE, True, compare_decisions(actions, golden[output], scores, limit)
+    )
 
 
 def judge_onnx(rules: Rules, onnx: Outputs, torch_float32: Outputs, golden: Outputs) -> list[Check]:
@@ -282,7 +203,7 @@ def judge_onnx(rules: Rules, onnx: Outputs, torch_float32: Outputs, golden: Outp
             result: Result = compare_bitwise(ort.astype(np.int64), torch_float32[output].astype(np.int64))
         else:
             result = compare_to_golden(ort, torch_float32[output], golden[output], "float32", rules.limits, what="onnxruntime")
-        checks.append(Check(output, CheckKind.ONNX_REFERENCE, ONNX_REFERENCE, GOLDEN, True, result))
+        checks.append(Check(output, CheckKind.ONNX_REFERENCE, ONNX_REFERENCE, GOLDEN_DEVICE, True, result))
     return checks
 
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import torch
 
-from harness.dtypes import GOLDEN
+from harness.dtypes import GOLDEN_DTYPE
 from harness.errors import PolicyLoadError
 from harness.policies.base import DTYPES, PolicyInfo, PolicyNet, cast_policy
 from harness.policies.loader import PolicySpec
@@ -24,7 +24,7 @@ __all__ = [
     "BUILTINS",
     "CARTPOLE_ZIP",
     "DTYPES",
-    "GOLDEN",
+    "GOLDEN_DTYPE",
     "PolicyInfo",
     "PolicyNet",
     "PolicySpec",

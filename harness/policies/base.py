@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.dtypes import CARD_DTYPES, GOLDEN, REDUCED_FLOAT32
+from harness.dtypes import CARD_DTYPES, GOLDEN_DTYPE, REDUCED_FLOAT32
 from harness.policies.policy_files import PLAIN, EnvSetup, PublishedScore
 
 ActionKind = Literal["discrete", "continuous"]
@@ -402,7 +402,7 @@ def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
     body, head, SAC's log std) takes it; the normalizer, `log_sigma`, the action bounds and every
     `KeptFloat32` layer (batch norms) stay float32, as do image scaling and the sampling
     arithmetic, and observations go in and outputs come out as float32 (a naive `.to(float16)`
-    of the whole model overflows ML-Agents' normalizer sums to inf). The golden (`GOLDEN`,
+    of the whole model overflows ML-Agents' normalizer sums to inf). The golden (`GOLDEN_DTYPE`,
     float64): everything, normalizer and head included, and the output too.
     `REDUCED_FLOAT32`: float32 with its matmul inputs rounded as TF32, HF32, ... do.
     """
@@ -411,12 +411,12 @@ def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
 
         return reduce_float32_matmuls(cast_policy(policy, "float32"), REDUCED_FLOAT32[dtype])
     cast = copy.deepcopy(policy)
-    if dtype == GOLDEN:
+    if dtype == GOLDEN_DTYPE:
         cast.double()
         cast.compute_dtype = cast.io_dtype = torch.float64
         return cast
     if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join([*DTYPES, *REDUCED_FLOAT32, GOLDEN])}")
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join([*DTYPES, *REDUCED_FLOAT32, GOLDEN_DTYPE])}")
     # The float32 tensors themselves, put back after the cast: cast to float16 and back, a
     # statistic past 65504 would come back inf.
     kept = [

@@ -9,7 +9,6 @@ refused by name, never handed to a loader that guesses.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +21,7 @@ from harness.policies.loader import Peek, PolicyFormat, PolicySpec
 from harness.policies.mlagents_pt import MLAgentsCheckpoint, TorchScript
 from harness.policies.onnx_any import Onnx
 from harness.policies.sb3_zip import Sb3Zip, load_sb3_zip
+from harness.registry import Registry
 
 CARTPOLE_ZIP = Path(__file__).parent / "data" / "cartpole.zip"
 # A folder is searched for its policy file this deep in entries, no further: a snapshot or a run
@@ -35,31 +35,32 @@ def _cartpole() -> PolicyNet:
     return policy
 
 
-BUILTINS: dict[str, Callable[[], PolicyNet]] = {"cartpole": _cartpole, "huggy-arch": huggy_arch}
-FORMATS: list[type[PolicyFormat]] = [Sb3Zip, Onnx, MLAgentsCheckpoint, TorchScript]
+BUILTINS: Registry[Callable[[], PolicyNet]] = Registry("policy", {"cartpole": _cartpole, "huggy-arch": huggy_arch})
+FORMATS: Registry[type[PolicyFormat]] = Registry(
+    "policy format", {fmt.name: fmt for fmt in (Sb3Zip, Onnx, MLAgentsCheckpoint, TorchScript)}
+)
 
 
 def register_format(fmt: type[PolicyFormat]) -> type[PolicyFormat]:
-    """Add a format to the table (usable as a class decorator)."""
-    FORMATS.append(fmt)
-    return fmt
+    """Add a format to the table (usable as a class decorator); a format's name taken already is refused."""
+    return FORMATS.register(fmt.name, fmt)
 
 
 def suffixes() -> list[str]:
-    return sorted({suffix for fmt in FORMATS for suffix in fmt.suffixes})
+    return sorted({suffix for fmt in FORMATS.values() for suffix in fmt.suffixes})
 
 
 def load_source(spec: PolicySpec) -> PolicyNet:
     """The float32 policy `spec.source` names."""
     source = spec.source
     if source in BUILTINS:
-        return BUILTINS[source]()
+        return BUILTINS.get(source)()
     path = resolve_hf(source) if source.startswith(SCHEME) else Path(source)
     if path.suffix not in suffixes() and path.is_dir():  # a folder named like a file is refused as one
         path = find_policy_file(path, source)
     elif path.suffix not in suffixes():
-        close = difflib.get_close_matches(source, BUILTINS, n=1)
-        hint = f"did you mean {close[0]!r}? " if close else ""
+        close = BUILTINS.nearest(source)
+        hint = f"did you mean {close!r}? " if close else ""
         raise UsageError(
             f"unknown policy {source!r}: {hint}available: {', '.join(BUILTINS)}, or a path ending in "
             f"{', '.join(suffixes())}, a folder holding one, or {SCHEME}owner/name"
@@ -70,7 +71,7 @@ def load_source(spec: PolicySpec) -> PolicyNet:
 def format_of(path: Path) -> type[PolicyFormat]:
     """The one format that reads `path`; PolicyLoadError when none or several claim it."""
     peek = Peek.of(path)
-    candidates = [fmt for fmt in FORMATS if path.suffix in fmt.suffixes]
+    candidates = [fmt for fmt in FORMATS.values() if path.suffix in fmt.suffixes]
     claiming = [fmt for fmt in candidates if fmt.claims(peek)]
     if len(claiming) == 1:
         return claiming[0]

@@ -38,9 +38,9 @@ EXIT_CODES = {
     Verdict.INCOMPLETE: 3,
 }
 
-# The statuses a sweep ends with (harness/run/sweep.py); any other (running, incomplete, or one a
-# later harness adds for a run stopped short) is a run that has not finished.
-FINISHED = ("passed", "failed", "error")
+# The statuses a sweep ends with (harness/run/sweep.py); any other (running, incomplete,
+# interrupted, or one a later harness adds for a run stopped short) is a run that has not finished.
+FINISHED = ("passed", "failed")
 BENCH_STATUS = "bench"
 NO_RUN_ROW = "unknown"  # rows written without a `runs` row (by hand, or by an older harness)
 
@@ -54,7 +54,7 @@ def run_verdict(status: str, n_gating: int, n_failed: int, n_bench_rows: int) ->
         return Verdict.BENCH
     if status not in (*FINISHED, NO_RUN_ROW):
         return Verdict.INCOMPLETE
-    if status in ("failed", "error"):
+    if status == "failed":
         return Verdict.FAILED
     return Verdict.PASSED if n_gating else Verdict.NO_CHECKS
 

@@ -23,6 +23,7 @@ import pyarrow as pa
 from harness.dtypes import LABEL_ORDER
 from harness.judge.kinds import CheckKind
 from harness.judge.localize import named_layer
+from harness.judge.results import measured_over_limit
 from harness.report import plots
 from harness.report.page import (
     Html,
@@ -39,7 +40,7 @@ from harness.report.page import (
     verdict_class,
 )
 from harness.report.run_report import HEAD_OUTPUTS, BENCH_SQL, Report, dtype_order
-from harness.report.summary import Group, batch_invariance_lines, measured_over_limit, short_name, summarize
+from harness.report.summary import Group, batch_invariance_lines, short_name, summarize
 
 # Rows shown in a table before the rest is folded.
 SHOWN_ROWS = 8

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, TextIO, assert_never
+from typing import Any, TextIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,47 +13,12 @@ import pyarrow.compute as pc
 from harness.dtypes import LABEL_ORDER
 from harness.judge.bench_stats import QUICK_LOOK, round_trip_dominates
 from harness.judge.kinds import CheckKind
+from harness.judge.results import measured_over_limit
 from harness.judge.returns import Outcome
 from harness.store.schema import BenchRow, CheckRow
 
 # Undecided closed-loop verdicts listed one by one in the summary; `harness report` lists them all.
 MAX_SHOWN = 5
-
-
-def measured_over_limit(row: dict[str, Any]) -> float | None:
-    """How close a row came to its limit, unitless: 1 is the limit, above it fails. None for
-    checks with no scale (bit for bit, errors) or no limit recorded."""
-    kind = CheckKind(row["kind"])
-    match kind:
-        case CheckKind.CPU_REFERENCE | CheckKind.ONNX_REFERENCE:
-            if not row.get("ratio_limit"):
-                return None
-            return float(max(row["error_ratio"], row["max_ratio"]) / row["ratio_limit"])
-        case CheckKind.TOLERANCE:
-            if row.get("atol") is None:
-                return None
-            bound = row["atol"] + row["rtol"] * row["ref_max_abs"]
-            by_abs = row["max_abs"] / bound if bound > 0 else (0.0 if row["max_abs"] == 0 else float("inf"))
-            slack = 1.0 - row["min_cos"]
-            by_cos = (1.0 - row["cosine"]) / slack if slack > 0 else 0.0
-            return float(max(by_abs, by_cos))
-        case CheckKind.DECISIONS:
-            if not row.get("n_flips"):
-                return 0.0
-            limit = row["flip_margin_limit"]
-            return float(row["max_flip_margin"] / limit) if limit else float("inf")
-        case CheckKind.EPISODE_RETURN | CheckKind.PUBLISHED_RETURN:
-            # How far the interval reaches below zero, in margins: PASS below 1.
-            if row.get("return_diff_low") is None:
-                return None
-            loss = max(0.0, -float(row["return_diff_low"]))
-            if row["return_margin"]:
-                return loss / float(row["return_margin"])
-            return 0.0 if row["outcome"] == Outcome.PASS else float("inf")
-        case CheckKind.ERROR | CheckKind.CROSS_CARD | CheckKind.BATCH_INVARIANCE | CheckKind.BENCH_AUDIT:
-            return None
-        case _:
-            assert_never(kind)
 
 
 @dataclass

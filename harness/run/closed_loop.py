@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.judge.returns import Margin, Outcome
+from harness.judge.returns import Margin, Outcome, ReturnComparison
 from harness.judge.verdicts import (
     HONEST,
     REFERENCE,
@@ -31,7 +31,6 @@ from harness.judge.verdicts import (
     ClosedLoopRules,
     Paired,
     Published,
-    ReturnComparison,
     judge_published,
     judge_returns,
 )

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar, assert_never
 
@@ -39,7 +39,7 @@ from harness.judge.verdicts import (
     judge_onnx,
 )
 from harness.outputs import EpisodeOutput, Outputs
-from harness.policies import GOLDEN
+from harness.policies import GOLDEN_DTYPE
 from harness.run.place import Placement
 from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
 from harness.store.schema import CheckRow, EpisodeRow
@@ -136,7 +136,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
         case BatchWork():
             job.cards = whole_batch(work)
             job.references = {
-                Role.GOLDEN: reference_batch(work.batch, GOLDEN),
+                Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
                 Role.SAME: reference_batch(work.batch, unit.dtype),
             }
@@ -147,7 +147,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
         case LoaderWork():
             onnx_key = ("reference", unit.policy, work.input_sha256, "onnx")
             job.references = {
-                Role.GOLDEN: reference_batch(work.batch, GOLDEN),
+                Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
                 Role.ONNX: once(onnx_key, lambda: reference.run_onnx.remote(unit.policy, work.batch.obs)),
             }
@@ -187,8 +187,8 @@ def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathere
 
 
 def check_row(check: Check, *, unit_id: str, policy: str, dtype: str, workload: str, input_sha256: str) -> CheckRow:
-    """Where the comparison was made (unit, output, devices) beside what it measured and judged,
-    the measured fields taken by name from the judge's record: a sweep's unit or a bench's row."""
+    """Where the comparison was made (unit, output, devices: a sweep's unit or a bench's row)
+    beside the judge's result, which fills its own columns."""
     return CheckRow(
         unit_id=unit_id,
         policy=policy,
@@ -200,7 +200,7 @@ def check_row(check: Check, *, unit_id: str, policy: str, dtype: str, workload: 
         device_b=check.device_b,
         input_sha256=input_sha256,
         gating=check.gating,
-        **asdict(check.result),
+        result=check.result,
     )
 
 

@@ -13,10 +13,11 @@ import ray
 from harness.dtypes import base_dtype
 from harness.errors import first_line
 from harness.inference.capture import layer_modules
+from harness.judge.golden import GoldenComparison
 from harness.judge.kinds import CheckKind
 from harness.judge.localize import first_divergent_layer, first_layer_off_golden, first_overflow_layer
 from harness.judge.verdicts import Rules
-from harness.policies import GOLDEN, PolicyNet
+from harness.policies import GOLDEN_DTYPE, PolicyNet
 from harness.run.gather import Watch
 from harness.run.place import Placement
 from harness.run.plan import BatchWork, Unit
@@ -56,7 +57,7 @@ def localize_failures(
         if kind == CheckKind.CROSS_CARD:
             others = watch.follow(0, [placement.cards[0].capture.remote(unit.policy, dtype, obs)], what)
         else:
-            asked = [placement.reference.capture.remote(unit.policy, d, obs) for d in (unit.dtype, GOLDEN)]
+            asked = [placement.reference.capture.remote(unit.policy, d, obs) for d in (unit.dtype, GOLDEN_DTYPE)]
             others = watch.follow(watch.reference, asked, what)
         try:
             mine, *theirs = watch.get([*card, *others])
@@ -80,13 +81,13 @@ def localize_overflow(
     rows and on the dtype's failing rows of those cards. Searched once per policy and dtype."""
     work = unit.work
     assert isinstance(work, BatchWork)
-    cards = {r.device_a for r in rows if r.kind == CheckKind.CPU_REFERENCE and r.n_overflow}
+    cards = {r.device_a for r in rows if _forgave_overflow(r)}
     if not cards:
         return
     key = (unit.policy, unit.dtype)
     if key not in found:
         what = f"the overflow search of {unit.policy} {unit.dtype} {unit.workload}"
-        asked = [placement.reference.capture.remote(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN)]
+        asked = [placement.reference.capture.remote(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN_DTYPE)]
         try:
             acts, golden = watch.get(watch.follow(watch.reference, asked, what))
         except ray.exceptions.RayError as exc:
@@ -96,13 +97,18 @@ def localize_overflow(
             note = overflow.describe(unit.dtype) if overflow else "no layer overflows on a second run"
             found[key] = f"{note} (as found on {unit.workload})"
     for row in rows:
-        named = row.kind == CheckKind.CPU_REFERENCE and row.n_overflow
+        named = _forgave_overflow(row)
         failed = row.kind in OVERFLOWED and not row.passed
         if row.device_a in cards and (named or failed):
-            row.detail = f"{row.detail}; {found[key]}" if row.detail else found[key]
+            row.note(found[key])
+
+
+def _forgave_overflow(row: CheckRow) -> bool:
+    """A port row that judged the card where both computed finite values: the dtype overflowed."""
+    return row.kind == CheckKind.CPU_REFERENCE and isinstance(row.result, GoldenComparison) and row.result.n_overflow > 0
 
 
 def append_detail(rows: list[CheckRow], kind: CheckKind, label: str, note: str) -> None:
     for row in rows:
         if (row.kind, row.device_a) == (kind, label) and not row.passed:
-            row.detail = f"{row.detail}; {note}" if row.detail else note
+            row.note(note)

@@ -6,9 +6,12 @@ reads them. Nothing here knows how a row was computed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import pyarrow as pa
+
+from harness.judge.results import COLUMNS, Result, columns_of
 
 TABLES = ("runs", "checks", "episodes", "bench", "bench_samples")
 # A run's `runs.status` once all its tables are in place: the writer publishes them before the
@@ -18,8 +21,8 @@ PUBLISHED = ("passed", "failed", "bench")
 
 @dataclass
 class CheckRow:
-    """One comparison. No column means two things: each group below is filled by the kinds of
-    check it belongs to and left null by the others (README, "Results")."""
+    """One comparison: where it was made, and its result, whose fields are the columns it fills
+    (harness/judge/results.py); the other result columns are null in its row (README, "Results")."""
 
     # where: the unit, its output, the two sides and the bytes that went in
     unit_id: str
@@ -33,66 +36,24 @@ class CheckRow:
     input_sha256: str
     # the verdict: the run passes when every gating row passes
     gating: bool
-    passed: bool
-    # a against b, element by element (cross_card, tolerance, batch_invariance; cpu_reference and
-    # onnx_reference: a against the float64 golden)
-    bitwise_equal: bool | None = None
-    n_elements: int | None = None
-    n_mismatch: int | None = None
-    max_ulp: int | None = None
-    max_abs: float | None = None
-    mean_abs: float | None = None
-    max_rel: float | None = None
-    cosine: float | None = None
-    # the port rule (cpu_reference, onnx_reference): pass when error_ratio <= ratio_limit and max_ratio <= ratio_limit
-    golden_rmse: float | None = None
-    cpu_golden_rmse: float | None = None
-    rmse_floor: float | None = None
-    error_ratio: float | None = None  # golden_rmse / max(cpu_golden_rmse, rmse_floor)
-    cpu_golden_max_abs: float | None = None
-    max_floor: float | None = None
-    max_ratio: float | None = None  # max_abs / max(cpu_golden_max_abs, max_floor)
-    ratio_limit: float | None = None
-    # elements not finite on the card where the golden is, all where the CPU in the dtype is not either: the
-    # dtype's overflow, forgiven by the port rule (the ratios then cover the values both computed finitely)
-    n_overflow: int | None = None
-    # the tolerance rule (tolerance): pass when max_abs <= atol + rtol * ref_max_abs and cosine >= min_cos
-    ref_max_abs: float | None = None
-    atol: float | None = None
-    rtol: float | None = None
-    min_cos: float | None = None
-    # decisions: pass when every flip is a near-tie, i.e. max_flip_margin <= flip_margin_limit
-    n_flips: int | None = None
-    n_near_ties: int | None = None
-    max_flip_margin: float | None = None
-    flip_margin_limit: float | None = None
-    # episodes (cross_card on trajectories, episode_return): the first episode that parts from the other side's
-    episode_seed: int | None = None
-    first_divergent_step: int | None = None
-    # closed-loop returns as distributions (episode_return, published_return; README, "Closed-loop returns"):
-    # a's and b's mean and interquartile mean with their 95% intervals (b: the CPU float32's, or the published
-    # mean), the difference a - b (paired by seed) with its interval; outcome pass when return_diff_low >
-    # -return_margin, fail when return_diff_high < -return_margin, else inconclusive
-    outcome: str | None = None
-    return_a: float | None = None
-    return_a_low: float | None = None
-    return_a_high: float | None = None
-    iqm_a: float | None = None
-    iqm_a_low: float | None = None
-    iqm_a_high: float | None = None
-    return_b: float | None = None
-    return_b_low: float | None = None
-    return_b_high: float | None = None
-    iqm_b: float | None = None
-    iqm_b_low: float | None = None
-    iqm_b_high: float | None = None
-    return_diff: float | None = None
-    return_diff_low: float | None = None
-    return_diff_high: float | None = None
-    return_margin: float | None = None
-    episodes_needed: int | None = None  # inconclusive: how many episodes would likely decide
-    published_std: float | None = None
-    detail: str = ""
+    result: Result
+
+    @property
+    def passed(self) -> bool:
+        return self.result.passed
+
+    @property
+    def detail(self) -> str:
+        return self.result.detail
+
+    def note(self, text: str) -> None:
+        """Add `text` to the row's detail (what a later search found)."""
+        self.result = replace(self.result, detail=f"{self.detail}; {text}" if self.detail else text)
+
+    def record(self) -> dict[str, Any]:
+        """The row as the table's columns by name: where, then what the result fills."""
+        where = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "result"}
+        return {**where, **columns_of(self.result)}
 
 
 @dataclass
@@ -197,9 +158,15 @@ def schema_of(row_type: type) -> pa.Schema:
     return pa.schema([pa.field(f.name, _arrow_type(str(f.type))) for f in fields(row_type)])
 
 
+def _checks_schema() -> pa.Schema:
+    """Where each check was made, then the columns of every kind's result (harness/judge/results.py)."""
+    where = [pa.field(f.name, _arrow_type(str(f.type))) for f in fields(CheckRow) if f.name != "result"]
+    return pa.schema([*where, *(pa.field(name, _arrow_type(annotation)) for name, annotation in COLUMNS)])
+
+
 SCHEMAS = {
     "runs": schema_of(RunRow),
-    "checks": schema_of(CheckRow),
+    "checks": _checks_schema(),
     "episodes": schema_of(EpisodeRow),
     "bench": schema_of(BenchRow),
     "bench_samples": schema_of(BenchSampleRow),
