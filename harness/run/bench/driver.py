@@ -28,7 +28,7 @@ from tqdm import tqdm
 from harness.devices import Kind, resolve_accelerator
 from harness.envs.registry import check_env
 from harness.envs.spec import EnvSpec
-from harness.inference.fault_specs import Fault, parse_faults, refuse_absent_cards
+from harness.inference.fault_specs import Fault, refuse_absent_cards
 from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
 from harness.run.bench.audit import audit
@@ -96,7 +96,7 @@ def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -
             for dtype in config.dtypes
             for size in config.batch_sizes
         ]
-        faults = parse_faults(config.inject_fault)
+        faults = config.faults
         windows = Windows.of(config)
     n_placed = config.cards or (max(config.card_counts) if config.card_counts else None)
     refuse_absent_cards(faults, n_placed or planned_cards(kind, config), cards_source(config))
