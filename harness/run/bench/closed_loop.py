@@ -18,8 +18,8 @@ from harness.run.bench.rows import Figures, Measurement, RowKey, Sampled, Summar
 from harness.run.bench.rules import Rule
 from harness.run.bench.windows import (
     Tally,
+    WindowRuns,
     Windows,
-    kept_windows,
     median_of_windows,
     repeat_windows,
     starved_window,
@@ -30,24 +30,13 @@ from harness.run.place import BenchCard
 
 
 @dataclass(frozen=True)
-class Episodes:
-    """The windows of one closed loop on one card, `bad` marking those a starved card ran."""
+class Episodes(WindowRuns[ClosedLoop]):
+    """The windows of one closed loop on one card."""
 
     loop: Loop
     card: BenchCard
     env_impl: str
     seed: int
-    timed: list[ClosedLoop]
-    bad: list[bool]
-    windows: Windows
-
-    @cached_property
-    def kept(self) -> list[bool]:
-        return kept_windows(self.bad, self.windows.count)
-
-    @cached_property
-    def used(self) -> list[ClosedLoop]:
-        return [t for t, k in zip(self.timed, self.kept, strict=True) if k]
 
     @cached_property
     def decisions_per_s(self) -> tuple[float, Interval | None]:
@@ -122,7 +111,7 @@ def _episodes(card: BenchCard, loop: Loop, env_impl: str, seed: int, windows: Wi
 
     starved = partial(starved_window, card)
     timed = repeat_windows(measure, starved, windows.count)
-    return Episodes(loop, card, env_impl, seed, timed, [starved(t) for t in timed], windows)
+    return Episodes(timed, [starved(t) for t in timed], windows, loop=loop, card=card, env_impl=env_impl, seed=seed)
 
 
 MODE = Mode("closed_loop", measure, RULES, lambda b: len(b.loops))

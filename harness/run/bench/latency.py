@@ -20,8 +20,8 @@ from harness.run.bench.rows import BenchResult, Figures, Measurement, RowKey, Sa
 from harness.run.bench.rules import Rule
 from harness.run.bench.windows import (
     Tally,
+    WindowRuns,
     Windows,
-    kept_windows,
     median_of_windows,
     repeat_windows,
     starved_window,
@@ -34,26 +34,15 @@ DEVICE, END_TO_END = "device", "end_to_end"
 
 
 @dataclass(frozen=True)
-class Latency:
+class Latency(WindowRuns[LatencyWindow]):
     """One card's latency windows of one batch: device time (`timing` "device") or round trips
-    through Ray ("end_to_end"); `bad` marks the windows a starved card ran."""
+    through Ray ("end_to_end")."""
 
     work: Work
     device: str
     timing: str
     first_call_ms: float | None
-    timed: list[LatencyWindow]
-    bad: list[bool]
-    windows: Windows
     audited: tuple[Sampled, ...] = ()
-
-    @cached_property
-    def kept(self) -> list[bool]:
-        return kept_windows(self.bad, self.windows.count)
-
-    @cached_property
-    def used(self) -> list[LatencyWindow]:
-        return [t for t, k in zip(self.timed, self.kept, strict=True) if k]
 
     @cached_property
     def pooled(self) -> np.ndarray:
@@ -141,7 +130,7 @@ def latency_measurement(
     windows: Windows,
 ) -> BenchResult:
     """The row of latency windows measured elsewhere."""
-    return judged(Latency(w, device, timing, first_call_ms, timed, bad, windows), RULES)
+    return judged(Latency(timed, bad, windows, work=w, device=device, timing=timing, first_call_ms=first_call_ms), RULES)
 
 
 def measure(bench: Bench, _: Sequence[Measurement]) -> list[Latency]:
@@ -176,13 +165,30 @@ def _device_latency(card: BenchCard, w: Work, windows: Windows) -> Latency:
     starved = partial(starved_window, card)
     timed = repeat_windows(measure, starved, windows.count)
     bad = [starved(t) for t in timed]
-    return Latency(w, card.label, DEVICE, runs[0].first_call_ms, timed, bad, windows, (Sampled(card, w, runs[-1].last),))
+    return Latency(
+        timed,
+        bad,
+        windows,
+        work=w,
+        device=card.label,
+        timing=DEVICE,
+        first_call_ms=runs[0].first_call_ms,
+        audited=(Sampled(card, w, runs[-1].last),),
+    )
 
 
 def _end_to_end_latency(card: BenchCard, w: Work, windows: Windows) -> Latency:
     # The device row warmed this batch up: the first round trip is Ray's first, not the card's.
     run = measure_latency(partial(_round_trip, card, w), _no_sync, windows.count, windows.seconds, windows.min_iterations)
-    return Latency(w, card.label, END_TO_END, run.first_call_ms, list(run.windows), [False] * windows.count, windows)
+    return Latency(
+        list(run.windows),
+        [False] * windows.count,
+        windows,
+        work=w,
+        device=card.label,
+        timing=END_TO_END,
+        first_call_ms=run.first_call_ms,
+    )
 
 
 def _round_trip(card: BenchCard, w: Work) -> Outputs:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import cached_property
+from typing import Generic, TypeVar
 
 import numpy as np
 
@@ -48,6 +49,24 @@ class Windows:
 
     def disagree(self, median: float, interval: Interval | None, what: str) -> str | None:
         return windows_disagree(median, interval, self.max_spread, what) if interval else None
+
+
+@dataclass(frozen=True)
+class WindowRuns(Generic[W]):
+    """The windows of one measurement, `bad` marking those a starved card ran, and those its
+    figures come from."""
+
+    timed: list[W]
+    bad: list[bool]
+    windows: Windows
+
+    @cached_property
+    def kept(self) -> list[bool]:
+        return kept_windows(self.bad, self.windows.count)
+
+    @cached_property
+    def used(self) -> list[W]:
+        return [t for t, k in zip(self.timed, self.kept, strict=True) if k]
 
 
 @dataclass(frozen=True)
