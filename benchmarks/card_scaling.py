@@ -16,8 +16,10 @@ from tqdm import tqdm
 from benchmarks import Comparison
 from harness.devices import SIMULATED
 from harness.policies import PolicySpec, load_policy
-from harness.run.bench import bench_cards, measure_scaling
-from harness.run.measure import Measured, Windows
+from harness.run.bench import bench_cards
+from harness.run.bench.throughput import MODE, measure_scaling
+from harness.run.bench.windows import Windows
+from harness.run.bench.work import Work
 from harness.workloads import make_batch
 
 LARGE = {"cartpole": (4096, 65536), "huggy-arch": (4096,)}
@@ -28,12 +30,12 @@ TARGET = 0.85
 def run() -> Comparison:
     policies = {name: load_policy(name) for name in LARGE}
     work = [
-        Measured(name, "float32", make_batch(policies[name].info, "normal", size, 0))
+        Work(name, "float32", make_batch(policies[name].info, "normal", size, 0))
         for name, sizes in LARGE.items()
         for size in sizes
     ]
     with bench_cards(None, SIMULATED, 2, [PolicySpec(name) for name in LARGE], policies, threads=1) as cards:
-        rows = [m.row for m in measure_scaling(cards, [1, 2], work, WINDOWS, tqdm(disable=True))]
+        rows = [r.row for r in MODE.results(measure_scaling(cards, [1, 2], work, WINDOWS, tqdm(disable=True)))]
     measured, efficiencies = {}, []
     for w, two in zip(work, (r for r in rows if r.n_cards == 2), strict=True):
         assert two.scaling_efficiency is not None  # a 1-card window runs in every round

@@ -31,10 +31,12 @@ from harness.judge.bench_stats import (
     windows_disagree,
 )
 from harness.policies import load_policy
-from harness.run.bench import Round, latency_measurement, round_schedule, scaling_measurements
-from harness.run.measure import Measured, Windows, kept_windows, repeat_windows
+from harness.run.bench.latency import latency_measurement
+from harness.run.bench.server import Trial, find_max_rate
+from harness.run.bench.throughput import Round, round_schedule, scaling_measurements
+from harness.run.bench.windows import Windows, kept_windows, repeat_windows
+from harness.run.bench.work import Work
 from harness.run.place import BenchCard
-from harness.run.server import Trial, find_max_rate
 from harness.workloads import make_batch, poisson_arrivals
 
 WINDOWS = Windows(count=6, seconds=0.1, min_iterations=5, max_spread=0.25)
@@ -223,9 +225,9 @@ def test_rounds_alternate_their_order() -> None:
     assert [r for r, _, _ in round_schedule([1, 2], 1, 3, 0.5, 0.1)] == [3, 3]
 
 
-def _work(size: int = 8) -> Measured:
+def _work(size: int = 8) -> Work:
     policy = load_policy("cartpole")
-    return Measured("cartpole", "float32", make_batch(policy.info, "normal", size, 0))
+    return Work("cartpole", "float32", make_batch(policy.info, "normal", size, 0))
 
 
 def _window(times_ms: list[float], cpu_share: float = 1.0) -> LatencyWindow:

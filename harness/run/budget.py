@@ -26,7 +26,7 @@ from harness.errors import UsageError
 from harness.policies import PolicyNet
 from harness.run.options import AUTO_EPISODES, BenchConfig, CommonOptions, SweepConfig
 from harness.run.place import cluster_address
-from harness.run.plan import EDGE_BATCH, uniform_rows
+from harness.run.plan import planned_batches
 from harness.workloads import noise_shape
 
 GIB = 1024**3
@@ -133,7 +133,7 @@ def estimate(config: CommonOptions, policies: dict[str, PolicyNet], n_cards: int
     driver = object_store = weights = largest_unit = 0
     for policy in policies.values():
         if isinstance(config, SweepConfig):
-            sizes = [*config.batch_sizes, uniform_rows(policy.info), EDGE_BATCH]
+            sizes = [b.rows for b in planned_batches(config, policy.info)]
         else:
             assert isinstance(config, BenchConfig)
             sizes = list(config.batch_sizes)

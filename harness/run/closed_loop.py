@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.judge.returns import Margin, Outcome, ReturnComparison
+from harness.judge.returns import Outcome, ReturnComparison
 from harness.judge.verdicts import (
     HONEST,
     REFERENCE,
@@ -97,9 +97,7 @@ class ClosedLoop:
     """Every episode unit's rows by policy, dtype and mode; the rounds still to play; the verdicts."""
 
     def __init__(self, config: SweepConfig, policies: dict[str, PolicyNet]) -> None:
-        self.rules = ClosedLoopRules(
-            Margin.parse(config.return_margin), config.require_conclusive, config.require_published_return
-        )
+        self.rules = ClosedLoopRules(config.margin, config.require_conclusive, config.require_published_return)
         self.policies = policies
         self.seed = config.seed
         self.auto = config.episodes == AUTO_EPISODES

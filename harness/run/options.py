@@ -16,6 +16,7 @@ import json
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -27,9 +28,11 @@ from harness.files import read_text
 from harness.store.paths import check_results_folder, check_run_id
 
 if TYPE_CHECKING:
+    from harness.inference.fault_specs import Fault
     from harness.judge.compare import Tolerance
-    from harness.policies.base import ActionKind
     from harness.judge.golden import RatioLimits
+    from harness.judge.returns import Margin
+    from harness.policies.base import ActionKind
 
 DEFAULT_POLICIES = ("cartpole", "huggy-arch")
 PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
@@ -358,6 +361,28 @@ class SweepConfig(CommonOptions):
         "--resume", "run id of an interrupted sweep: run only its missing units", None, metavar="RUN_ID"
     )
 
+    # The options that are specs, as the typed values the run uses: parsed once (by `validate`,
+    # which refuses a bad one), never again where they are used.
+    @cached_property
+    def faults(self) -> list[Fault]:
+        from harness.inference.fault_specs import parse_faults
+
+        return parse_faults(self.inject_fault)
+
+    @cached_property
+    def tolerances(self) -> dict[str, Tolerance]:
+        return parse_tolerances(self.tolerance)
+
+    @cached_property
+    def limits(self) -> RatioLimits:
+        return ratio_limits(self)
+
+    @cached_property
+    def margin(self) -> Margin:
+        from harness.judge.returns import Margin
+
+        return Margin.parse(self.return_margin)
+
 
 @dataclass
 class BenchConfig(CommonOptions):
@@ -444,6 +469,13 @@ class BenchConfig(CommonOptions):
         "auto",
         choices=_env_impls,
     )
+
+    @cached_property
+    def faults(self) -> list[Fault]:
+        """`--inject-fault`, parsed once (by `validate`, which refuses a bad one)."""
+        from harness.inference.fault_specs import parse_faults
+
+        return parse_faults(self.inject_fault)
 
 
 def add_arguments(parser: argparse.ArgumentParser, config_type: type[CommonOptions]) -> None:
@@ -598,26 +630,24 @@ def validate(config: Config) -> Config:
 
 
 def _validate_sweep(config: SweepConfig) -> None:
-    from harness.inference.fault_specs import parse_faults, refuse_absent_cards, refuse_absent_dtypes
+    from harness.inference.fault_specs import refuse_absent_cards, refuse_absent_dtypes
 
     if config.resume is not None:
         check_run_id(config.resume, "--resume")
-    faults = parse_faults(config.inject_fault)
-    refuse_absent_cards(faults, config.cards, f"--cards {config.cards}")
-    refuse_absent_dtypes(faults, config.dtypes)
-    parse_tolerances(config.tolerance)
-    ratio_limits(config)
+    refuse_absent_cards(config.faults, config.cards, f"--cards {config.cards}")
+    refuse_absent_dtypes(config.faults, config.dtypes)
+    config.tolerances  # noqa: B018 (parsed here, so that a bad one is refused before Ray starts)
+    config.limits  # noqa: B018
 
 
 def _validate_bench(config: BenchConfig) -> None:
-    from harness.inference.fault_specs import MODEL_KINDS, parse_faults, refuse_absent_cards, refuse_absent_dtypes
+    from harness.inference.fault_specs import MODEL_KINDS, refuse_absent_cards, refuse_absent_dtypes
 
     if config.cards is not None and config.card_counts and max(config.card_counts) > config.cards:
         raise UsageError(f"--card-counts {_csv(config.card_counts)!r}: more than --cards {config.cards}")
-    faults = parse_faults(config.inject_fault)
-    refuse_absent_cards(faults, config.cards, f"--cards {config.cards}")
-    refuse_absent_dtypes(faults, config.dtypes)
-    for fault in faults:
+    refuse_absent_cards(config.faults, config.cards, f"--cards {config.cards}")
+    refuse_absent_dtypes(config.faults, config.dtypes)
+    for fault in config.faults:
         if fault.kind not in MODEL_KINDS:
             raise UsageError(
                 f"--inject-fault {fault}: a bench injects only into its timed path: {', '.join(MODEL_KINDS)}, "

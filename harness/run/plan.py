@@ -214,16 +214,32 @@ def plan_units(
     return units
 
 
+@dataclass(frozen=True)
+class PlannedBatch:
+    """A batch of the plan before it is made: what the memory estimate (harness/run/budget.py)
+    sizes, and what `plan_batches` makes."""
+
+    distribution: str
+    rows: int
+
+
+def planned_batches(config: SweepConfig, info: PolicyInfo) -> list[PlannedBatch]:
+    """The batches a sweep feeds a policy: each batch size of normal observations, the uniform
+    batch and the edge batch."""
+    normal = [PlannedBatch("normal", size) for size in config.batch_sizes]
+    return [*normal, PlannedBatch("uniform", uniform_rows(info)), PlannedBatch("edge", EDGE_BATCH)]
+
+
 def plan_batches(config: SweepConfig, policy: PolicyNet) -> list[ObsBatch]:
-    info = policy.info
-    batches = [make_batch(info, "normal", size, config.seed) for size in config.batch_sizes]
-    batches.append(make_batch(info, "uniform", uniform_rows(info), config.seed))
-    normalizer = policy.normalizer
-    if isinstance(normalizer, ObservationNormalizer):
-        batches.append(make_batch(info, "edge", EDGE_BATCH, config.seed, normalizer.clamp_bounds(), normalizer.clip))
-    else:
-        batches.append(make_batch(info, "edge", EDGE_BATCH, config.seed))
-    return batches
+    info, normalizer = policy.info, policy.normalizer
+
+    def made(b: PlannedBatch) -> ObsBatch:
+        if b.distribution == "edge" and isinstance(normalizer, ObservationNormalizer):
+            # On the normalizer's clamp and far beyond it, rather than on the observation bounds.
+            return make_batch(info, "edge", b.rows, config.seed, normalizer.clamp_bounds(), normalizer.clip)
+        return make_batch(info, b.distribution, b.rows, config.seed)
+
+    return [made(b) for b in planned_batches(config, info)]
 
 
 def uniform_rows(info: PolicyInfo) -> int:

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from harness.devices import Kind, resolve_accelerator
 from harness.dtypes import reduced_label
 from harness.errors import InfrastructureError, UsageError, first_line
-from harness.inference.fault_specs import Fault, parse_faults, refuse_absent_cards
+from harness.inference.fault_specs import Fault, refuse_absent_cards
 from harness.inference.forward import head_name
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Rules, tolerance_of
@@ -37,7 +37,7 @@ from harness.run.closed_loop import ClosedLoop
 from harness.run.layer_search import localize_failures, localize_overflow
 from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.run.phases import Phases
-from harness.run.options import SweepConfig, parse_tolerances, ratio_limits, validate
+from harness.run.options import SweepConfig, validate
 from harness.run.place import Placement, cluster_address, dashboard_url, describe_actors, place_sweep
 from harness.run.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
@@ -77,7 +77,7 @@ def _claimed(config: SweepConfig, command: str, held: ExitStack, phases: Phases)
         config, started = resume_config(config, config.resume)
     results = Path(config.results)
     with phases("plan"):
-        faults = parse_faults(config.inject_fault)
+        faults = config.faults
         kind = resolve_accelerator(config.accelerator)
         check_cards(config.cards, kind, cluster_address(config.address))
         refuse_absent_cards(faults, planned_cards(kind, config), cards_source(config))
@@ -328,7 +328,7 @@ def _fan_out_and_judge(
     unit's ObjectRefs are let go once it is gathered. A unit whose results came from two nodes
     (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. What the runs
     summary says of it goes into `lost`; each episode unit's rows into `closed`."""
-    limits, user_tolerances = ratio_limits(config), parse_tolerances(config.tolerance)
+    limits, user_tolerances = config.limits, config.tolerances
     shared = SharedRefs()
     with phases("fanout"):
         pending = deque(watch.track(submit(placement, unit, shared)) for unit in units)

@@ -1,0 +1,184 @@
+"""The driver of `harness bench`, in the order a bench happens:
+
+load policies -> join or start Ray -> place one BenchActor per card -> each registered mode
+(harness/run/bench/registry.py: latency, throughput, closed loop, server) measures, and each
+measurement is judged by its mode's rules into a row -> the audit of the timed path -> publish
+`bench`, `bench_samples`, `checks`, then the `runs` row that says the bench ended -> print the
+summary.
+
+Every measurement runs several windows (README, "Speed"): a row's figure is the median of its
+windows' figures (latency percentiles pool the calls of its windows), its 95% interval comes
+from their order statistics and its validity from the rules of harness/judge/bench_stats.py.
+The clocks of device time, throughput and the closed loop run inside the actors; the driver
+only times what it alone can see: end-to-end round trips and server requests.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from tqdm import tqdm
+
+from harness.devices import Kind, resolve_accelerator
+from harness.envs.registry import check_env
+from harness.envs.spec import EnvSpec
+from harness.inference.fault_specs import Fault, refuse_absent_cards
+from harness.policies import PolicyNet, PolicySpec
+from harness.report.summary import print_bench_summary
+from harness.run.bench.audit import audit
+from harness.run.bench.modes import Bench, Mode
+from harness.run.bench.registry import MODES
+from harness.run.bench.rows import BenchResult, Measurement, sample_table
+from harness.run.bench.windows import Windows
+from harness.run.bench.work import Loop, Work
+from harness.run.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
+from harness.run.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
+from harness.run.options import BenchConfig
+from harness.run.phases import Phases
+from harness.run.place import BenchCard, cluster_address, place_bench
+from harness.run.plan import load_policies
+from harness.run.provenance import new_run_row, now
+from harness.store.paths import table_dir
+from harness.store.schema import BenchRow, CheckRow
+from harness.store.writer import RunWriter, columns_table, to_table
+from harness.workloads import make_batch
+
+
+@dataclass
+class BenchOutcome:
+    run_id: str
+    rows: list[BenchRow]
+    checks: list[CheckRow]
+    bench_path: Path
+
+    @property
+    def passed(self) -> bool:
+        """The audit gates the bench: a timed path that computes other bits fails it."""
+        return all(c.passed for c in self.checks)
+
+
+def run_bench(config: BenchConfig, command: str = "", phases: Phases | None = None) -> BenchOutcome:
+    """The bench; its run id is held by this process (harness/store/claim.py) from the plan,
+    before Ray starts, to the end of the run. `phases` may already hold what came before it (the
+    command's imports)."""
+    with ExitStack() as held:
+        return _bench(config, command, held, phases or Phases())
+
+
+def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -> BenchOutcome:
+    started = now()
+    results = Path(config.results)
+    with phases("plan"):
+        kind = resolve_accelerator(config.accelerator)
+        check_cards(config.cards, kind, cluster_address(config.address))
+        specs, policies = load_policies(config)
+        check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
+        writer = RunWriter(held.enter_context(claim_run_id(results, config.run_id, command=command)))
+        run_id = writer.run_id
+        work = [
+            Work(name, dtype, make_batch(p.info, "normal", size, config.seed))
+            for name, p in policies.items()
+            for dtype in config.dtypes
+            for size in config.batch_sizes
+        ]
+        envs = {name: env for name, p in policies.items() if (env := EnvSpec.played_by(p.info)) is not None}
+        for name, env in envs.items():
+            check_env(env, policies[name].info)
+        loops = [
+            Loop(name, env, dtype, size)
+            for name, env in envs.items()
+            for dtype in config.dtypes
+            for size in config.batch_sizes
+        ]
+        faults = config.faults
+        windows = Windows.of(config)
+    n_placed = config.cards or (max(config.card_counts) if config.card_counts else None)
+    refuse_absent_cards(faults, n_placed or planned_cards(kind, config), cards_source(config))
+
+    with bench_cards(
+        config.address, kind, n_placed, specs, policies, config.threads, config.precision, phases, faults
+    ) as cards:
+        run_row = new_run_row(
+            started_at=started,
+            status="running",
+            accelerator=kind,
+            n_cards=len(cards),
+            devices=[c.description for c in cards],
+            config_json=config.to_json(),
+            policies=policies,
+            command=command,
+            faults=",".join(map(str, faults)),
+        )
+        writer.begin(run_row)
+        steps = sorted(set(config.card_counts or [1, len(cards)]))
+        bar = tqdm(disable=not config.progress, desc="bench", unit="step", file=sys.stderr)
+        bench = Bench(cards, steps, work, loops, config, windows, bar)
+        bar.reset(total=sum(mode.steps(bench) for mode in MODES))
+        measured = measure(bench, MODES, phases)
+        bar.close()
+        with phases("audit"):
+            checks = audit(measured)
+
+    rows = [r.row for r in measured]
+    with phases("write"):
+        summary = {
+            "bench_rows": len(rows),
+            "invalid_rows": sum(not r.valid for r in rows),
+            "card_steps": steps,
+            "audit": {"checks": len(checks), "failed": sum(not c.passed for c in checks)},
+        }
+        writer.publish(bench_tables(measured, checks), finish_run_row(run_row, "bench", summary, phases))
+    print_bench_summary(rows, checks, run_id, sys.stdout)
+    said_at_the_end(run_id, config.results, phases)
+    return BenchOutcome(run_id, rows, checks, table_dir(results, "bench", run_id) / "part-0.parquet")
+
+
+@contextmanager
+def bench_cards(
+    address: str | None,
+    kind: Kind,
+    cards: int | None,
+    specs: list[PolicySpec],
+    policies: dict[str, PolicyNet],
+    threads: int,
+    precision: str = "strict",
+    phases: Phases | None = None,
+    faults: list[Fault] | None = None,
+) -> Iterator[list[BenchCard]]:
+    """Join or start Ray, place `cards` BenchActors (default: all the cluster has), and shut
+    Ray down afterwards. The benchmarks use this too."""
+    phases = phases or Phases()
+    with ray_cluster(address, kind, cards, phases) as n_cards:
+        refuse_absent_cards(faults or [], n_cards, "all the cluster has")
+        with phases("actors"):
+            placed = place_bench(kind, n_cards, specs, policies, threads, precision, faults or [])
+        yield placed
+
+
+def measure(bench: Bench, modes: Sequence[Mode[Any]], phases: Phases) -> list[BenchResult]:
+    """Every mode in turn, each timed on its own (runs.summary.timings_s: what a bench spends
+    where), each given what the modes before it measured; each measurement judged by its
+    mode's rules into a row."""
+    measured: list[Measurement] = []
+    results: list[BenchResult] = []
+    for mode in modes:
+        with phases(mode.name):
+            got = mode.measure(bench, measured)
+        measured += got
+        results += mode.results(got)
+    return results
+
+
+def bench_tables(measured: list[BenchResult], checks: list[CheckRow]) -> dict[str, pa.Table]:
+    """What a bench publishes: its rows, their raw samples and the audit's checks."""
+    return {
+        "bench": to_table("bench", [r.row for r in measured]),
+        "bench_samples": columns_table("bench_samples", sample_table(measured)),
+        "checks": to_table("checks", checks),
+    }
