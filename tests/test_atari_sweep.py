@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.judge.verdicts import HONEST
 from tests.builders import write_zoo_files
 from tests.conftest import Head
 from tests.helpers import read_table, sweep_on
@@ -76,7 +77,7 @@ def test_episodes_run_in_the_rl_zoo_wrappers_the_same_on_every_card(swept: Path)
     results = swept
     episodes = read_table(results, "episodes").to_pylist()
     assert {(r["mode"], r["device"]) for r in episodes} == {
-        (mode, device) for mode in ("deterministic", "stochastic") for device in ("cpu", "sim-cpu0", "sim-cpu1")
+        (mode, device) for mode in ("deterministic", "stochastic") for device in ("cpu", "sim-cpu0", "sim-cpu1", HONEST)
     }
     for mode in ("deterministic", "stochastic"):
         played = {r["device"]: r for r in episodes if r["mode"] == mode}

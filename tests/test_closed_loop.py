@@ -143,8 +143,11 @@ def test_the_report_shows_return_distributions_with_intervals_and_parting_steps(
     section = proc.stdout.split("Closed loop:")[1].split("\n\n")[0]
     assert "mean (95%)" in section and "IQM (95%)" in section and "an honest port parts" in section
     assert "sim-cpu3 vs cpu" in section and "FAIL" in section
-    assert (tmp_path / "returns.png").stat().st_size > 0
-    assert 'src="returns.png"' in (tmp_path / "report.html").read_text()
+    # The sign-off page: every closed-loop row with its intervals, and each device's returns drawn,
+    # the honest-port replay among them.
+    page = (tmp_path / "report-faults.html").read_text()
+    assert 'id="episodes"' in page and "episode returns per device and seed" in page
+    assert "return_diff_low" in page and "return_margin" in page and HONEST in page
 
 
 @pytest.mark.slow

@@ -26,6 +26,7 @@ from harness.envs.registry import check_env
 from harness.envs.renames import MUJOCO, RENAMES
 from harness.envs.spec import EnvSpec, is_registered, make_env, require_registered
 from harness.errors import UsageError
+from harness.judge.verdicts import HONEST
 from harness.policies import load_policy
 from harness.policies.policy_files import EnvSetup
 from harness.run.plan import with_gymnasium_id
@@ -192,7 +193,7 @@ def test_an_agent_saved_on_halfcheetah_v3_sweeps_with_episodes_on_v4(
     episodes = read_table(tmp_path, "episodes").to_pylist()
     assert {e["env_id"] for e in episodes} == {"HalfCheetah-v4"} and {e["length"] for e in episodes} == {1000}
     assert {(e["mode"], e["device"]) for e in episodes} == {
-        (mode, device) for mode in ("deterministic", "stochastic") for device in ("cpu", "sim-cpu0", "sim-cpu1")
+        (mode, device) for mode in ("deterministic", "stochastic") for device in ("cpu", "sim-cpu0", "sim-cpu1", HONEST)
     }
     checks = read_table(tmp_path, "checks").to_pylist()
     trajectories = [c for c in checks if c["kind"] == "cross_card" and c["output"] == "actions"]

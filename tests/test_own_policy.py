@@ -95,7 +95,8 @@ def test_the_onnx_export_is_rebuilt_checked_against_onnxruntime_and_played(own: 
         for e in read_table(swept, "episodes").to_pylist()
         if e["policy"] == str(own["onnx"]) and e["mode"] == "deterministic"
     ]
-    assert len(returns) == 3 * EPISODES and min(returns) == 500.0, "the shipped policy, as ONNX, still balances the pole"
+    # The CPU, two cards and the CPU's honest-port replay each play every seed.
+    assert len(returns) == 4 * EPISODES and min(returns) == 500.0, "the shipped policy, as ONNX, still balances the pole"
 
 
 def test_an_rl_zoo_folder_keeps_its_own_environment_and_its_vecnormalize(own: dict[str, Path], swept: Path) -> None:
