@@ -36,7 +36,7 @@ from ray.util.placement_group import placement_group_table
 from harness.errors import first_line
 from harness.judge.verdicts import Check, error_check
 from harness.outputs import Produced
-from harness.run import place
+from harness.run import place, ray_internals
 from harness.run.dispatch import Gathered, Submitted
 from harness.run.place import Placement
 from harness.run.plan import Unit
@@ -118,11 +118,10 @@ class ActorState:
 
 
 def actor_state(actor: Any) -> ActorState | None:
-    """Ray's record of an actor, from the GCS actor table; None where the GCS did not answer (a
-    busy one times out), to be asked again at the next look. `ray.util.state` would ask the
-    dashboard, which a private local Ray does not start; this asks the GCS itself."""
-    info = ray._private.state.actors(actor_id=actor._actor_id.hex())
-    return ActorState(str(info["State"]), int(info.get("NumRestarts", 0))) if info else None
+    """Ray's record of an actor; None where the GCS did not answer (a busy one times out), to be
+    asked again at the next look."""
+    state = ray_internals.actor_state(actor)
+    return ActorState(*state) if state else None
 
 
 def node_name(node_id: str) -> str:

@@ -27,6 +27,7 @@ from harness.devices import Kind, accelerator
 from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.fault_specs import Fault, env_vars
 from harness.policies import PolicyNet, PolicySpec
+from harness.run.ray_internals import AuthenticationError, ask_gcs
 
 PLACEMENT_TIMEOUT_S = 30.0
 # A sweep's actors (cards and the CPU reference) that die are restarted, where their node died on
@@ -85,7 +86,7 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
         probe_address(address)
         try:
             ray.init(address=address, **quiet)
-        except ray.exceptions.AuthenticationError:
+        except AuthenticationError:
             raise UsageError(token_refusal(address)) from None
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(join_refusal(address, exc)) from None
@@ -98,12 +99,6 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     except Exception as exc:  # Ray raises bare Exception, OSError, RuntimeError, ... for a start that failed
         raise InfrastructureError(f"Ray did not start: {first_line(exc)}") from exc
     return "local"
-
-
-def dashboard_url() -> str:
-    """The joined cluster's dashboard (host:port), or "" where it runs none. Ray has no public call
-    for it once ray.init has returned."""
-    return str(ray._private.worker.get_dashboard_url() or "")
 
 
 def probe_address(address: str, timeout_s: float = 5.0) -> None:
@@ -132,14 +127,10 @@ def probe_gcs(address: str, timeout_s: float) -> None:
     """Ask the cluster's GCS one question, with this client's credentials as ray.init will send
     them; a refusal is a UsageError naming the token's problem. Anything else is left to ray.init."""
     import grpc
-    from ray._private.grpc_utils import init_grpc_channel
-    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
     try:
-        with init_grpc_channel(address) as channel:
-            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
-            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
-    except ray.exceptions.AuthenticationError:  # token mode, and no token anywhere
+        ask_gcs(address, timeout_s)
+    except AuthenticationError:  # token mode, and no token anywhere
         raise UsageError(token_refusal(address)) from None
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
