@@ -223,9 +223,7 @@ def _device_latency(card: BenchCard, w: Measured, windows: Windows) -> Measureme
     def measure(n: int) -> list[LatencyWindow]:
         runs.append(
             ray.get(
-                card.actor.latency.remote(
-                    w.policy, w.dtype, w.batch.obs, w.batch.noise, n, windows.seconds, windows.min_iterations
-                )
+                card.actor.latency(w.policy, w.dtype, w.batch.obs, w.batch.noise, n, windows.seconds, windows.min_iterations)
             )
         )
         return list(runs[-1].windows)
@@ -251,7 +249,7 @@ def _end_to_end_latency(card: BenchCard, w: Measured, windows: Windows) -> Measu
 
 def _round_trip(card: BenchCard, w: Measured) -> Outputs:
     # The batch goes through Ray on every call: shipping it is part of the end-to-end time.
-    outputs: Outputs = ray.get(card.actor.run_batch.remote(w.policy, w.dtype, w.batch.obs, w.batch.noise))
+    outputs: Outputs = ray.get(card.actor.run_batch(w.policy, w.dtype, w.batch.obs, w.batch.noise))
     return outputs
 
 
@@ -367,7 +365,7 @@ def measure_scaling(
 
 def _scaling(group: list[BenchCard], steps: list[int], w: Measured, windows: Windows) -> list[Measurement]:
     obs, noise = ray.put(w.batch.obs), ray.put(w.batch.noise)  # one copy for all cards
-    call_ms = max(ray.get([c.actor.warm_up.remote(w.policy, w.dtype, obs, noise) for c in group]))
+    call_ms = max(ray.get([c.actor.warm_up(w.policy, w.dtype, obs, noise) for c in group]))
     seconds = max(windows.seconds, HEADROOM * windows.min_iterations * call_ms / 1e3)
     gap_s = GAP_S + 2 * call_ms / 1e3
     seen: list[Round] = []
@@ -404,7 +402,7 @@ def _rounds(
     mine = [[(r, k, start + offset) for r, k, offset in entries if k > i] for i in range(len(group))]
     results = ray.get(
         [
-            c.actor.throughput.remote(w.policy, w.dtype, obs, noise, [(at, seconds) for _, _, at in part])
+            c.actor.throughput(w.policy, w.dtype, obs, noise, [(at, seconds) for _, _, at in part])
             for c, part in zip(group, mine, strict=True)
         ]
     )
@@ -514,7 +512,7 @@ def _closed_loop_measurement(
 
     def measure(n: int) -> list[ClosedLoop]:
         runs: list[ClosedLoop] = ray.get(
-            card.actor.closed_loop.remote(policy, dtype, env, impl, n_envs, config.seed, windows.seconds, n)
+            card.actor.closed_loop(policy, dtype, env, impl, n_envs, config.seed, windows.seconds, n)
         )
         return runs
 
@@ -581,7 +579,7 @@ def audit(measured: list[Measurement]) -> list[CheckRow]:
             w = s.work
             key = (s.card.label, w.policy, w.dtype, w.batch.sha256)
             if key not in reference:
-                reference[key] = ray.get(s.card.actor.run_batch.remote(w.policy, w.dtype, w.batch.obs, w.batch.noise))
+                reference[key] = ray.get(s.card.actor.run_batch(w.policy, w.dtype, w.batch.obs, w.batch.noise))
             rows += [
                 check_row(
                     check,

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from harness.devices import Kind, accelerator
 from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.fault_specs import Fault, env_vars
 from harness.policies import PolicyNet, PolicySpec
+from harness.run.clients import ActorClient, BenchClient, PolicyClient, ReferenceClient
 from harness.run.ray_internals import AuthenticationError, ask_gcs
 
 PLACEMENT_TIMEOUT_S = 30.0
@@ -46,8 +48,8 @@ class Placement:
     """A sweep's actors: one per card, in card order, and the CPU reference."""
 
     group: PlacementGroup
-    cards: list[ray.actor.ActorHandle]
-    reference: ray.actor.ActorHandle
+    cards: list[PolicyClient]
+    reference: ReferenceClient
     resource: str
 
 
@@ -56,7 +58,7 @@ class BenchCard:
     """A bench's card: its label in result rows, its actor, and what the actor said of its card."""
 
     label: str
-    actor: ray.actor.ActorHandle
+    actor: BenchClient
     description: dict[str, object]
 
     @property
@@ -240,8 +242,9 @@ def place_sweep(
     for position in range(n_cards):
         mine = [f for f in faults if f.applies_to(position)]
         actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), ACTOR_MAX_RESTARTS))
-        cards.append(actor.remote(kind, position, policies, threads, precision, mine, str(marker_dir / f"card{position}")))
-    reference = (
+        handle = actor.remote(kind, position, policies, threads, precision, mine, str(marker_dir / f"card{position}"))
+        cards.append(PolicyClient(handle))
+    reference = ReferenceClient(
         ray.remote(ReferenceActor)
         .options(
             num_cpus=1,
@@ -268,9 +271,11 @@ def place_bench(
     timed-path faults. The placement group lives until Ray shuts down."""
     group = reserve(kind, n_cards, "PACK", cpu_bundle=False)
     actors = [
-        ray.remote(BenchActor)
-        .options(**card_options(kind, group, position, {}))
-        .remote(kind, position, specs, threads, precision, [f for f in faults if f.applies_to(position)])
+        BenchClient(
+            ray.remote(BenchActor)
+            .options(**card_options(kind, group, position, {}))
+            .remote(kind, position, specs, threads, precision, [f for f in faults if f.applies_to(position)])
+        )
         for position in range(n_cards)
     ]
     descriptions = wait_described(actors)
@@ -278,10 +283,10 @@ def place_bench(
     return [BenchCard(str(d["label"]), a, d) for d, a in zip(unique_labels(descriptions), actors, strict=True)]
 
 
-def wait_described(actors: list[ray.actor.ActorHandle]) -> list[dict[str, object]]:
+def wait_described(actors: Sequence[ActorClient]) -> list[dict[str, object]]:
     """Wait for actors to start, saying each as it comes up (`actors 2/3 up: sim-cpu1 on HOST`);
     one that cannot open its card is a UsageError with its reason."""
-    asked = [a.describe.remote() for a in actors]
+    asked = [a.describe() for a in actors]
     described: dict[int, dict[str, object]] = {}
     pending = list(asked)
     try:

@@ -151,7 +151,7 @@ def _sweep(
             with phases("judge"):
                 _stage_verdicts(closed, writer, done)
             summary |= {"dead_cards": sorted(dropped.dead), "resent_units": dropped.resent, "closed_loop": closed.describe()}
-            asked = watch.follow(watch.reference, [placement.reference.compute_seconds.remote()], "its compute times")
+            asked = watch.follow(watch.reference, [placement.reference.compute_seconds()], "its compute times")
             [reference_s] = watch.get(asked)
             replacements = watch.replacements()
         except RunIncomplete as exc:
