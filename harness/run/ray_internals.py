@@ -11,6 +11,7 @@ anywhere else.
 - `ask_gcs`: one question to a cluster's GCS before joining it, with the credentials ray.init
   will send, so that a token the cluster refuses fails in seconds, named; ray.init retries for
   20 s and more, then names neither. Ray has no public call that reaches a GCS without joining.
+  Ray 2.40 keeps `init_grpc_channel` in `ray._private.utils` (later in `ray._private.grpc_utils`).
 - `dashboard_url`: the joined cluster's dashboard. Public only as the return value of ray.init,
   which the run's lifecycle does not carry to where a sweep stops early.
 - `ray_address_file`: where `ray start --head` writes the address a plain ray.init joins (tests).
@@ -43,7 +44,10 @@ def actor_state(actor: Any) -> tuple[str, int] | None:
 def ask_gcs(address: str, timeout_s: float) -> None:
     """Ask the GCS at `address` for its cluster id, with this client's credentials; raises what
     Ray or grpc raise (an AuthenticationError, a grpc.RpcError with its status code)."""
-    from ray._private.grpc_utils import init_grpc_channel
+    try:
+        from ray._private.grpc_utils import init_grpc_channel
+    except ImportError:  # Ray 2.40: in ray._private.utils, and no tokens to send
+        from ray._private.utils import init_grpc_channel
     from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
     with init_grpc_channel(address) as channel:
