@@ -78,8 +78,8 @@ test-torch-%: .venv-torch-%/.installed
 test-matrix:
 	$(MAKE) -j2 --output-sync=target $(addprefix test-torch-,$(CI_TORCH))
 
-# The quick tests, and the end-to-end tests marked `ray_versions` (a sweep whose cards crash and
-# hang, a lost node, a join refused for its versions) with another Ray of the range:
+# The quick tests, and the end-to-end tests marked `ray_versions` (a join refused for its
+# versions, through the GCS probe) with another Ray of the range:
 # `make test-ray RAY=2.40.0`. A job submitted to a cluster runs on the Ray its owners installed.
 test-ray:
 	@test -n "$(RAY)" || { echo "usage: make test-ray RAY=2.40.0 (CI runs $(CI_RAY))"; exit 2; }
