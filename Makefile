@@ -18,9 +18,14 @@ SUPPORTED_TORCH_NPU := 2.6.0.post5 2.7.1.post2 2.8.0.post2 2.9.0 2.13.0
 # The ends of CANN 8.5's range, each tested by CI in its own venv (`make test-torch TORCH=...`).
 CI_TORCH := 2.6.0 2.9.0
 TORCH ?=
+# The oldest Ray of the range pyproject.toml declares; the newest is the one `make venv` installs.
+# CI's torch 2.9.0 venv holds it (`make test-matrix`): its quick tests, the `ray_versions` tests
+# and its sweep run on the oldest Ray at no cost of a venv of their own.
+CI_RAY := 2.40.0
+RAY_2.9.0 := $(CI_RAY)
 NPU_SOURCES := .cache/torch-npu
 
-.PHONY: venv sweep test test-fast lint test-torch test-matrix test-npu-api bench clean
+.PHONY: venv sweep test test-fast lint test-torch test-matrix test-ray test-npu-api bench clean
 
 venv: $(VENV)/.installed
 
@@ -36,10 +41,16 @@ $(VENV)/.installed: pyproject.toml $(INSTALL)
 # dependencies: the x86 wheels of 2.6 to 2.9 name torch==X+cpu, only on PyTorch's own index).
 .venv-torch-%/.installed: pyproject.toml $(INSTALL)
 	@test -n "$(TORCH_NPU_$*)" || { echo "no torch-npu is paired with torch $* (Makefile: TORCH_NPU_*)"; exit 2; }
-	$(INSTALL) .venv-torch-$* $* $(TORCH_NPU_$*)
+	$(INSTALL) .venv-torch-$* $* $(TORCH_NPU_$*) $(RAY_$*)
 	touch $@
 # Made on the way to `test-torch-%`, and kept: make would delete it as an intermediate file.
 .PRECIOUS: .venv-torch-%/.installed
+
+# A venv per Ray of the range: the main venv's torch and torch-npu, with that Ray held in place.
+.venv-ray-%/.installed: pyproject.toml $(INSTALL)
+	$(INSTALL) .venv-ray-$* 2.13.0 extra $*
+	touch $@
+.PRECIOUS: .venv-ray-%/.installed
 
 sweep: venv
 	$(VENV)/bin/harness sweep $(ARGS)
@@ -70,6 +81,17 @@ test-torch-%: .venv-torch-%/.installed
 test-matrix:
 	$(MAKE) -j2 --output-sync=target $(addprefix test-torch-,$(CI_TORCH))
 
+# The quick tests, and the end-to-end tests marked `ray_versions` (a join refused for its
+# versions, through the GCS probe) with another Ray of the range:
+# `make test-ray RAY=2.40.0`. A job submitted to a cluster runs on the Ray its owners installed.
+test-ray:
+	@test -n "$(RAY)" || { echo "usage: make test-ray RAY=2.40.0 (CI runs $(CI_RAY))"; exit 2; }
+	$(MAKE) test-ray-$(RAY)
+
+test-ray-%: .venv-ray-%/.installed
+	.venv-ray-$*/bin/python -c "import ray, sys; sys.exit(0 if ray.__version__ == '$*' else f'Ray {ray.__version__}, not $*')"
+	.venv-ray-$*/bin/python -m pytest -q -p no:cacheprovider -m "not slow or ray_versions" $(ARGS)
+
 # Every torch_npu name the harness uses, against the Python sources of every supported wheel
 # (downloaded once into $(NPU_SOURCES), unpacked, never imported).
 test-npu-api: venv
@@ -85,4 +107,4 @@ bench: venv
 	$(PY) -m benchmarks $(ARGS)
 
 clean:
-	rm -rf $(VENV) .venv-torch-* $(NPU_SOURCES) .pytest_cache
+	rm -rf $(VENV) .venv-torch-* .venv-ray-* $(NPU_SOURCES) .pytest_cache

@@ -21,6 +21,7 @@ import torch
 
 from benchmarks import Comparison
 from harness.devices import SIMULATED
+from harness.envs.spec import EnvSpec
 from harness.envs.cartpole import ENV_ID, HORIZON
 from harness.policies import PolicySpec, load_policy
 from harness.run.bench import bench_cards
@@ -72,14 +73,13 @@ def run() -> Comparison:
         with bench_cards(
             None, SIMULATED, 1, [PolicySpec("cartpole")], {"cartpole": load_policy("cartpole")}, threads=1
         ) as cards:
-            actor = cards[0].actor
-            runs = ray.get(
-                [
-                    actor.closed_loop.remote("cartpole", "float32", ENV_ID, "numpy", EPISODES, 0, 0.0)
-                    for _ in range(HARNESS_REPEATS)
-                ]
-            )
-            seals_run = ray.get(actor.closed_loop.remote("cartpole", "float32", ENV_ID, "gymnasium", EPISODES, 0, 0.0))
+            actor, env = cards[0].actor, EnvSpec(ENV_ID)
+            # One window of one round each (window_s 0), each repeat with its episodes.
+            repeats = [
+                actor.closed_loop("cartpole", "float32", env, "numpy", EPISODES, 0, 0.0, 1) for _ in range(HARNESS_REPEATS)
+            ]
+            runs = [run for [run] in ray.get(repeats)]
+            [seals_run] = ray.get(actor.closed_loop("cartpole", "float32", env, "gymnasium", EPISODES, 0, 0.0, 1))
     harness_rate = statistics.median(r.decisions_per_s for r in runs)
     same = all(
         np.array_equal(r.returns, sb3_returns) and np.array_equal(np.stack([e.actions for e in r.first_round]), sb3_actions)

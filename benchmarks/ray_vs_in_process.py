@@ -27,6 +27,7 @@ from benchmarks import Comparison
 from harness.devices import SIMULATED
 from harness.policies import PolicySpec, load_policy
 from harness.run.bench import bench_cards
+from harness.run.clients import BenchClient
 from harness.workloads import ObsBatch, make_batch
 
 BATCH = 65536
@@ -65,9 +66,9 @@ def _plain_round() -> tuple[float, list[dict[str, np.ndarray]]]:
     return len(batches) * BATCH / (time.perf_counter() - start), outputs
 
 
-def _ray_round(actor: ray.actor.ActorHandle, batches: list[ObsBatch]) -> tuple[float, list[dict[str, np.ndarray]]]:
+def _ray_round(actor: BenchClient, batches: list[ObsBatch]) -> tuple[float, list[dict[str, np.ndarray]]]:
     start = time.perf_counter()
-    outputs = ray.get([actor.run_batch.remote("cartpole", "float32", b.obs, b.noise) for b in batches])
+    outputs = ray.get([actor.run_batch("cartpole", "float32", b.obs, b.noise) for b in batches])
     return len(batches) * BATCH / (time.perf_counter() - start), outputs
 
 

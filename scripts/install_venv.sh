@@ -2,18 +2,20 @@
 # Make a virtual environment with torch TORCH, then the harness next to it, and prove the harness
 # did not replace that torch: what a host with a preinstalled torch (and torch_npu) must get.
 #
-# Usage: scripts/install_venv.sh VENV TORCH [TORCH_NPU]
+# Usage: scripts/install_venv.sh VENV TORCH [TORCH_NPU] [RAY]
 #   TORCH_NPU  a torch-npu version, installed with --no-deps before the harness (the x86 wheels of
 #              2.6 to 2.9 name torch==X+cpu, which only PyTorch's own index has); or "extra" to
 #              let pip take torch-npu from the harness's own `npu` extra.
+#   RAY        a Ray version of the declared range, installed with torch and held there like it
+#              (`make test-ray-2.40.0`); without it pip takes the newest.
 set -euo pipefail
-venv=$1 torch=$2 torch_npu=${3:-}
+venv=$1 torch=$2 torch_npu=${3:-} ray=${4:-}
 py=$venv/bin/python
 extras=dev
 rm -rf "$venv"
 python3 -m venv "$venv"
 "$py" -m pip install -q --upgrade pip
-"$py" -m pip install -q "torch==$torch"
+"$py" -m pip install -q "torch==$torch" ${ray:+"ray[default]==$ray"}
 if [ "$torch_npu" = extra ]; then
   extras=dev,npu
 elif [ -n "$torch_npu" ]; then
@@ -28,6 +30,7 @@ before=$("$py" -c "from importlib.metadata import version; print(version('torch'
 # pip takes the SB3 and sb3-contrib that run on it. The README's host install, line for line
 # (tests/test_install.py holds the two to each other), so every CI venv runs what a host runs.
 "$py" -c "from importlib.metadata import version; print('torch==' + version('torch'))" > "$venv/held.txt"
+if [ -n "$ray" ]; then echo "ray==$ray" >> "$venv/held.txt"; fi
 "$py" -m pip install -q -e ".[$extras]" -c "$venv/held.txt"
 # onnx2torch's metadata asks for torchvision, whose newest release pins the newest torch; it runs
 # on onnx, numpy and torch alone (pyproject.toml).

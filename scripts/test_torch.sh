@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The harness on another torch of the supported range (`make test-torch TORCH=2.6.0`): the quick
-# tests (the torch_npu API check against the wheel installed beside it among them), then one small
+# tests (the torch_npu API check against the wheel installed beside it among them) and those marked
+# ray_versions (the venv may hold another Ray of the range: Makefile RAY_<torch>), then one small
 # sweep on 2 simulated cards, whose recorded precision settings are printed.
 # Usage: scripts/test_torch.sh VENV [pytest args...]
 set -euo pipefail
@@ -8,8 +9,8 @@ venv=$1
 shift
 py=$venv/bin/python
 "$py" -c "from importlib.metadata import version as v; import harness, torch; \
-print('torch', torch.__version__, '| torch-npu', v('torch-npu'), '| fp32_precision API:', hasattr(torch.backends, 'fp32_precision'))"
-"$py" -m pytest -q -p no:cacheprovider -m "not slow" "$@"
+print('torch', torch.__version__, '| torch-npu', v('torch-npu'), '| ray', v('ray'), '| fp32_precision API:', hasattr(torch.backends, 'fp32_precision'))"
+"$py" -m pytest -q -p no:cacheprovider -m "not slow or ray_versions" "$@"
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 "$venv/bin/harness" sweep --policy cartpole --dtypes float32,bfloat16 --batch-sizes 1,8 --episodes 1 --no-progress \

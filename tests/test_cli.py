@@ -257,11 +257,11 @@ def test_export_onnx_command(tmp_path: Path) -> None:
 
 
 def test_cluster_yaml_is_valid_for_the_local_provider() -> None:
-    from ray.autoscaler._private.util import prepare_config, validate_config
+    from harness.run.ray_internals import validate_cluster_config
 
     config = yaml.safe_load((REPO / "cluster.yaml").read_text())
     assert config["provider"]["type"] == "local" and "available_node_types" not in config
-    validate_config(prepare_config(config))  # what `ray up cluster.yaml` does first
+    validate_cluster_config(config)  # what `ray up cluster.yaml` does first
     assert all(
         '--resources=\'{"NPU"' in cmd
         for cmd in config["head_start_ray_commands"][1:] + config["worker_start_ray_commands"][1:]

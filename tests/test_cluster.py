@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import harness.run.place
+from harness.run import ray_internals
 from harness.errors import UsageError
 from harness.run.options import SweepConfig
 from harness.run.sweep import run_sweep
@@ -200,19 +201,22 @@ def test_joining_a_token_cluster_with_its_token_works(token_head: str, tmp_path:
     assert json.loads(proc.stdout)["ray"]["nodes"] == 1
 
 
+@pytest.mark.ray_versions
 def test_joining_a_cluster_of_other_versions_names_both_and_the_fix(ray_head: Head, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ray compares this process's versions with the ones the cluster stored; this process
     pretends to be another Ray."""
     import ray
 
-    monkeypatch.setattr(ray._private.utils, "compute_version_info", lambda: ("2.9.3", "3.11.0"))
+    python = ".".join(map(str, sys.version_info[:3]))
+    monkeypatch.setattr(ray, "__version__", "2.9.3")
     try:
         with pytest.raises(UsageError) as refused:
             harness.run.place.connect(ray_head.address, "cpu", None)
     finally:
         ray.shutdown()
+    monkeypatch.undo()
     assert str(refused.value).startswith(f"the Ray cluster at {ray_head.address} runs Ray {ray.__version__} on Python ")
-    assert ", this client Ray 2.9.3 on Python 3.11.0: join it from an environment with the cluster's versions" in str(
+    assert f", this client Ray 2.9.3 on Python {python}: join it from an environment with the cluster's versions" in str(
         refused.value
     )
 
@@ -226,9 +230,7 @@ def test_a_refused_sweep_leaves_nothing_behind(two_nodes, tmp_path: Path) -> Non
 def test_a_dead_heads_address_file_does_not_make_the_sweep_join_it(tmp_path: Path) -> None:
     """A killed `ray start --head` leaves Ray's ray_current_cluster file behind; a plain
     `ray.init()` would try to join that dead cluster. The sweep starts its own."""
-    from ray._common.utils import get_ray_address_file
-
-    address_file = Path(get_ray_address_file(None))
+    address_file = Path(ray_internals.ray_address_file())
     saved = address_file.read_text() if address_file.exists() else None
     address_file.parent.mkdir(parents=True, exist_ok=True)
     address_file.write_text("127.0.0.1:1")  # nothing listens there

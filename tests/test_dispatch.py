@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from harness.policies import load_policy
+from harness.run.clients import PolicyClient, ReferenceClient
 from harness.run.dispatch import Role, SharedRefs, submit
 from harness.run.options import SweepConfig
 from harness.run.place import Placement
@@ -21,7 +22,7 @@ from tests.helpers import REPO
 
 
 class _Method:
-    """`actor.method.remote(*args)` returns a token naming the call, and counts it."""
+    """`handle.method.remote(*args)` returns a token naming the call, and counts it."""
 
     def __init__(self, calls: Counter[tuple[Any, ...]], actor: str, name: str) -> None:
         self.calls, self.actor, self.name = calls, actor, name
@@ -42,8 +43,9 @@ class _Actor:
 
 def _placement(cards: int) -> tuple[Placement, Counter[tuple[Any, ...]]]:
     calls: Counter[tuple[Any, ...]] = Counter()
-    actors: list[Any] = [_Actor(calls, f"card{i}") for i in range(cards)]
-    return Placement(group=None, cards=actors, reference=_Actor(calls, "reference"), resource="NPU"), calls
+    # The stand-ins are the handles; the calls go through the real clients.
+    actors = [PolicyClient(_Actor(calls, f"card{i}")) for i in range(cards)]
+    return Placement(group=None, cards=actors, reference=ReferenceClient(_Actor(calls, "reference")), resource="NPU"), calls
 
 
 def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_released() -> None:

@@ -119,18 +119,18 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
     def reference_batch(batch: ObsBatch, as_dtype: str) -> ray.ObjectRef:
         # Keyed by the input's bytes: a batch unit and the loader unit of the same batch share them.
         key = ("reference", unit.policy, batch.sha256, as_dtype)
-        return once(key, lambda: reference.run_batch.remote(unit.policy, as_dtype, batch.obs, batch.noise))
+        return once(key, lambda: reference.run_batch(unit.policy, as_dtype, batch.obs, batch.noise))
 
     def reference_episodes(episodes: EpisodeWork, honest: bool) -> ray.ObjectRef:
         # Keyed by the episodes: the unit of every dtype shares them.
         key = ("reference", unit.policy, episodes.input_sha256, "float32", honest)
         args = episode_args(episodes)
-        return once(key, lambda: reference.run_episodes.remote(unit.policy, "float32", *args, honest))
+        return once(key, lambda: reference.run_episodes(unit.policy, "float32", *args, honest))
 
     def whole_batch(batch_work: BatchWork | InvarianceWork) -> list[ray.ObjectRef]:
         obs, noise = batch_work.batch.obs, batch_work.batch.noise
         key = ("cards", unit.policy, unit.dtype, batch_work.batch.sha256)
-        return once(key, lambda: [c.run_batch.remote(unit.policy, dtype, obs, noise) for c in cards])
+        return once(key, lambda: [c.run_batch(unit.policy, dtype, obs, noise) for c in cards])
 
     match work:
         case BatchWork():
@@ -142,17 +142,17 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
             }
         case InvarianceWork():
             obs, noise = tuple(o[: work.rows] for o in work.batch.obs), work.batch.noise[: work.rows]
-            job.cards = [c.run_batch.remote(unit.policy, dtype, obs, noise) for c in cards]
+            job.cards = [c.run_batch(unit.policy, dtype, obs, noise) for c in cards]
             job.inside = whole_batch(work)
         case LoaderWork():
             onnx_key = ("reference", unit.policy, work.input_sha256, "onnx")
             job.references = {
                 Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
-                Role.ONNX: once(onnx_key, lambda: reference.run_onnx.remote(unit.policy, work.batch.obs)),
+                Role.ONNX: once(onnx_key, lambda: reference.run_onnx(unit.policy, work.batch.obs)),
             }
         case EpisodeWork():
-            job.cards = [c.run_episodes.remote(unit.policy, dtype, *episode_args(work)) for c in cards]
+            job.cards = [c.run_episodes(unit.policy, dtype, *episode_args(work)) for c in cards]
             job.references = {Role.FLOAT32: reference_episodes(work, False), Role.HONEST: reference_episodes(work, True)}
         case _:
             assert_never(work)

@@ -36,7 +36,8 @@ from ray.util.placement_group import placement_group_table
 from harness.errors import first_line
 from harness.judge.verdicts import Check, error_check
 from harness.outputs import Produced
-from harness.run import place
+from harness.run import place, ray_internals
+from harness.run.clients import ActorClient
 from harness.run.dispatch import Gathered, Submitted
 from harness.run.place import Placement
 from harness.run.plan import Unit
@@ -88,7 +89,7 @@ class Lane:
     has been running, its node, and the label of its results by the node that computed them."""
 
     role: str  # "card1", or REFERENCE_ROLE
-    actor: Any
+    actor: ActorClient
     node_id: str
     labels: dict[str, str]  # node id -> the label of this actor's results computed there
     label: str
@@ -118,11 +119,10 @@ class ActorState:
 
 
 def actor_state(actor: Any) -> ActorState | None:
-    """Ray's record of an actor, from the GCS actor table; None where the GCS did not answer (a
-    busy one times out), to be asked again at the next look. `ray.util.state` would ask the
-    dashboard, which a private local Ray does not start; this asks the GCS itself."""
-    info = ray._private.state.actors(actor_id=actor._actor_id.hex())
-    return ActorState(str(info["State"]), int(info.get("NumRestarts", 0))) if info else None
+    """Ray's record of an actor; None where the GCS did not answer (a busy one times out), to be
+    asked again at the next look."""
+    state = ray_internals.actor_state(actor)
+    return ActorState(*state) if state else None
 
 
 def node_name(node_id: str) -> str:
@@ -223,7 +223,7 @@ class Watch:
         """Each actor that Ray restarted on another node, described as it is now (the card, or the
         CPU, that replaced the one before), with the labels it replaces."""
         moved = [(i, lane) for i, lane in enumerate(self.lanes) if len(lane.labels) > 1]
-        asked = [self.follow(i, [lane.actor.describe.remote()], "its description")[0] for i, lane in moved]
+        asked = [self.follow(i, [lane.actor.describe()], "its description")[0] for i, lane in moved]
         replaced = self.replaced()
         return [
             description | {"label": lane.label, "replaces": replaced[lane.label]}
@@ -282,7 +282,7 @@ class Watch:
         deadline = self.deadline_s(index, lane.shares[0])
         if now - lane.since <= deadline:
             return None
-        state = actor_state(lane.actor)
+        state = actor_state(lane.actor.handle)
         if state is None:
             return None
         if state.state != "ALIVE" or state.restarts > lane.restarts:  # it died and Ray restarts it: no hang
@@ -291,13 +291,13 @@ class Watch:
         lane.hung += 1
         if lane.hung > 1:
             return Loss(lane.name, f"hung again after its restart (no result within {deadline:.3g} s)", lane.running())
-        ray.kill(lane.actor, no_restart=False)
+        ray.kill(lane.actor.handle, no_restart=False)
         self._leave(lane, now, f"killed after it hung (no result within {deadline:.3g} s), and not back")
         self.events.append(f"{lane.name} hung on {lane.shares[0].what} (no result within {deadline:.3g} s): restarted")
         return None
 
     def _check_away(self, lane: Lane, now: float) -> Loss | None:
-        state = actor_state(lane.actor)  # None: unknown this time, and only the bound below counts
+        state = actor_state(lane.actor.handle)  # None: unknown this time, and only the bound below counts
         if state is not None and state.state == "DEAD":  # out of restarts: its tasks fail, gathered as failures
             lane.away, lane.since = "", now
         elif state is not None and state.state == "ALIVE" and state.restarts > lane.restarts and lane.placed:

@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import socket
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from harness.devices import Kind, accelerator
 from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.fault_specs import Fault, env_vars
 from harness.policies import PolicyNet, PolicySpec
+from harness.run.clients import ActorClient, BenchClient, PolicyClient, ReferenceClient
+from harness.run.ray_internals import AuthenticationError, ask_gcs
 
 PLACEMENT_TIMEOUT_S = 30.0
 # A sweep's actors (cards and the CPU reference) that die are restarted, where their node died on
@@ -45,8 +48,8 @@ class Placement:
     """A sweep's actors: one per card, in card order, and the CPU reference."""
 
     group: PlacementGroup
-    cards: list[ray.actor.ActorHandle]
-    reference: ray.actor.ActorHandle
+    cards: list[PolicyClient]
+    reference: ReferenceClient
     resource: str
 
 
@@ -55,7 +58,7 @@ class BenchCard:
     """A bench's card: its label in result rows, its actor, and what the actor said of its card."""
 
     label: str
-    actor: ray.actor.ActorHandle
+    actor: BenchClient
     description: dict[str, object]
 
     @property
@@ -85,7 +88,7 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
         probe_address(address)
         try:
             ray.init(address=address, **quiet)
-        except ray.exceptions.AuthenticationError:
+        except AuthenticationError:
             raise UsageError(token_refusal(address)) from None
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(join_refusal(address, exc)) from None
@@ -98,12 +101,6 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     except Exception as exc:  # Ray raises bare Exception, OSError, RuntimeError, ... for a start that failed
         raise InfrastructureError(f"Ray did not start: {first_line(exc)}") from exc
     return "local"
-
-
-def dashboard_url() -> str:
-    """The joined cluster's dashboard (host:port), or "" where it runs none. Ray has no public call
-    for it once ray.init has returned."""
-    return str(ray._private.worker.get_dashboard_url() or "")
 
 
 def probe_address(address: str, timeout_s: float = 5.0) -> None:
@@ -132,14 +129,10 @@ def probe_gcs(address: str, timeout_s: float) -> None:
     """Ask the cluster's GCS one question, with this client's credentials as ray.init will send
     them; a refusal is a UsageError naming the token's problem. Anything else is left to ray.init."""
     import grpc
-    from ray._private.grpc_utils import init_grpc_channel
-    from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 
     try:
-        with init_grpc_channel(address) as channel:
-            stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
-            stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
-    except ray.exceptions.AuthenticationError:  # token mode, and no token anywhere
+        ask_gcs(address, timeout_s)
+    except AuthenticationError:  # token mode, and no token anywhere
         raise UsageError(token_refusal(address)) from None
     except grpc.RpcError as exc:
         if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
@@ -249,8 +242,9 @@ def place_sweep(
     for position in range(n_cards):
         mine = [f for f in faults if f.applies_to(position)]
         actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), ACTOR_MAX_RESTARTS))
-        cards.append(actor.remote(kind, position, policies, threads, precision, mine, str(marker_dir / f"card{position}")))
-    reference = (
+        handle = actor.remote(kind, position, policies, threads, precision, mine, str(marker_dir / f"card{position}"))
+        cards.append(PolicyClient(handle))
+    reference = ReferenceClient(
         ray.remote(ReferenceActor)
         .options(
             num_cpus=1,
@@ -277,9 +271,11 @@ def place_bench(
     timed-path faults. The placement group lives until Ray shuts down."""
     group = reserve(kind, n_cards, "PACK", cpu_bundle=False)
     actors = [
-        ray.remote(BenchActor)
-        .options(**card_options(kind, group, position, {}))
-        .remote(kind, position, specs, threads, precision, [f for f in faults if f.applies_to(position)])
+        BenchClient(
+            ray.remote(BenchActor)
+            .options(**card_options(kind, group, position, {}))
+            .remote(kind, position, specs, threads, precision, [f for f in faults if f.applies_to(position)])
+        )
         for position in range(n_cards)
     ]
     descriptions = wait_described(actors)
@@ -287,10 +283,10 @@ def place_bench(
     return [BenchCard(str(d["label"]), a, d) for d, a in zip(unique_labels(descriptions), actors, strict=True)]
 
 
-def wait_described(actors: list[ray.actor.ActorHandle]) -> list[dict[str, object]]:
+def wait_described(actors: Sequence[ActorClient]) -> list[dict[str, object]]:
     """Wait for actors to start, saying each as it comes up (`actors 2/3 up: sim-cpu1 on HOST`);
     one that cannot open its card is a UsageError with its reason."""
-    asked = [a.describe.remote() for a in actors]
+    asked = [a.describe() for a in actors]
     described: dict[int, dict[str, object]] = {}
     pending = list(asked)
     try:

@@ -38,7 +38,8 @@ from harness.run.layer_search import localize_failures, localize_overflow
 from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.run.phases import Phases
 from harness.run.options import SweepConfig, validate
-from harness.run.place import Placement, cluster_address, dashboard_url, describe_actors, place_sweep
+from harness.run.place import Placement, cluster_address, describe_actors, place_sweep
+from harness.run.ray_internals import dashboard_url
 from harness.run.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
@@ -150,7 +151,7 @@ def _sweep(
             with phases("judge"):
                 _stage_verdicts(closed, writer, done)
             summary |= {"dead_cards": sorted(dropped.dead), "resent_units": dropped.resent, "closed_loop": closed.describe()}
-            asked = watch.follow(watch.reference, [placement.reference.compute_seconds.remote()], "its compute times")
+            asked = watch.follow(watch.reference, [placement.reference.compute_seconds()], "its compute times")
             [reference_s] = watch.get(asked)
             replacements = watch.replacements()
         except RunIncomplete as exc:

@@ -21,7 +21,7 @@ def audit(results: list[BenchResult]) -> list[CheckRow]:
             s, w = a.sampled, a.sampled.work
             key = (s.card.label, w.policy, w.dtype, w.batch.sha256)
             if key not in reference:
-                reference[key] = ray.get(s.card.actor.run_batch.remote(w.policy, w.dtype, w.batch.obs, w.batch.noise))
+                reference[key] = ray.get(s.card.actor.run_batch(w.policy, w.dtype, w.batch.obs, w.batch.noise))
             rows += [
                 check_row(
                     check,

@@ -105,7 +105,7 @@ def _episodes(card: BenchCard, loop: Loop, env_impl: str, seed: int, windows: Wi
 
     def measure(n: int) -> list[ClosedLoop]:
         runs: list[ClosedLoop] = ray.get(
-            card.actor.closed_loop.remote(loop.policy, loop.dtype, loop.env, impl, loop.n_envs, seed, windows.seconds, n)
+            card.actor.closed_loop(loop.policy, loop.dtype, loop.env, impl, loop.n_envs, seed, windows.seconds, n)
         )
         return runs
 

@@ -155,9 +155,7 @@ def _device_latency(card: BenchCard, w: Work, windows: Windows) -> Latency:
     def measure(n: int) -> list[LatencyWindow]:
         runs.append(
             ray.get(
-                card.actor.latency.remote(
-                    w.policy, w.dtype, w.batch.obs, w.batch.noise, n, windows.seconds, windows.min_iterations
-                )
+                card.actor.latency(w.policy, w.dtype, w.batch.obs, w.batch.noise, n, windows.seconds, windows.min_iterations)
             )
         )
         return list(runs[-1].windows)
@@ -193,7 +191,7 @@ def _end_to_end_latency(card: BenchCard, w: Work, windows: Windows) -> Latency:
 
 def _round_trip(card: BenchCard, w: Work) -> Outputs:
     # The batch goes through Ray on every call: shipping it is part of the end-to-end time.
-    outputs: Outputs = ray.get(card.actor.run_batch.remote(w.policy, w.dtype, w.batch.obs, w.batch.noise))
+    outputs: Outputs = ray.get(card.actor.run_batch(w.policy, w.dtype, w.batch.obs, w.batch.noise))
     return outputs
 
 

@@ -146,7 +146,7 @@ def run_trial(cards: list[BenchCard], w: Work, rate_qps: float, n: int, seed: in
             card = min(range(len(cards)), key=in_flight.__getitem__)
             in_flight[card] += 1
         sent[i], served[i] = time.perf_counter(), card
-        future = cards[card].actor.run_batch.remote(w.policy, w.dtype, w.batch.obs, w.batch.noise).future()
+        future = cards[card].actor.run_batch(w.policy, w.dtype, w.batch.obs, w.batch.noise).future()
         future.add_done_callback(partial(finished, i, card))
         futures.append(future)
     all_done.wait()

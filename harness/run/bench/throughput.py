@@ -209,7 +209,7 @@ def measure_scaling(
 
 def _scaling(group: list[BenchCard], steps: list[int], w: Work, windows: Windows) -> list[CardCount]:
     obs, noise = ray.put(w.batch.obs), ray.put(w.batch.noise)  # one copy for all cards
-    call_ms = max(ray.get([c.actor.warm_up.remote(w.policy, w.dtype, obs, noise) for c in group]))
+    call_ms = max(ray.get([c.actor.warm_up(w.policy, w.dtype, obs, noise) for c in group]))
     seconds = max(windows.seconds, HEADROOM * windows.min_iterations * call_ms / 1e3)
     gap_s = GAP_S + 2 * call_ms / 1e3
     seen: list[Round] = []
@@ -245,7 +245,7 @@ def _rounds(
     mine = [[(r, k, start + offset) for r, k, offset in entries if k > i] for i in range(len(group))]
     results = ray.get(
         [
-            c.actor.throughput.remote(w.policy, w.dtype, obs, noise, [(at, seconds) for _, _, at in part])
+            c.actor.throughput(w.policy, w.dtype, obs, noise, [(at, seconds) for _, _, at in part])
             for c, part in zip(group, mine, strict=True)
         ]
     )

@@ -1,0 +1,95 @@
+"""The driver's typed clients of the actors: one method per actor method, with its signature,
+that sends the call across Ray and returns the call's ObjectRef (typed by what `ray.get` gives
+back). Ray's handles are untyped here (pyproject.toml), so a `.remote(...)` is checked by mypy
+only when it goes through a client; every call from the driver does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import ray
+from ray import ObjectRef
+
+from harness.envs.spec import EnvSpec
+from harness.inference.timing import ClosedLoop, LatencyRun, Throughput
+from harness.outputs import EpisodeOutput, Outputs, Produced
+
+
+@dataclass(frozen=True)
+class ActorClient:
+    """An actor's handle, for what the driver asks of every actor (its description) and what it
+    does to one (kill it, ask Ray its state)."""
+
+    handle: ray.actor.ActorHandle
+
+    def describe(self) -> ObjectRef[dict[str, object]]:
+        return self.handle.describe.remote()
+
+
+class PolicyClient(ActorClient):
+    """A sweep's card (actors/policy_actor.py)."""
+
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[Produced[Outputs]]:
+        return self.handle.run_batch.remote(key, dtype, obs, noise)
+
+    def run_episodes(
+        self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str
+    ) -> ObjectRef[Produced[list[EpisodeOutput]]]:
+        return self.handle.run_episodes.remote(key, dtype, env, seeds, stochastic, batching)
+
+    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> ObjectRef[dict[str, np.ndarray]]:
+        return self.handle.capture.remote(key, dtype, obs)
+
+
+class ReferenceClient(ActorClient):
+    """A sweep's CPU reference (actors/reference_actor.py)."""
+
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[Produced[Outputs]]:
+        return self.handle.run_batch.remote(key, dtype, obs, noise)
+
+    def run_episodes(
+        self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str, honest: bool
+    ) -> ObjectRef[Produced[list[EpisodeOutput]]]:
+        return self.handle.run_episodes.remote(key, dtype, env, seeds, stochastic, batching, honest)
+
+    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> ObjectRef[dict[str, np.ndarray]]:
+        return self.handle.capture.remote(key, dtype, obs)
+
+    def compute_seconds(self) -> ObjectRef[dict[str, float]]:
+        return self.handle.compute_seconds.remote()
+
+    def run_onnx(self, key: str, obs: tuple[np.ndarray, ...]) -> ObjectRef[Produced[Outputs]]:
+        return self.handle.run_onnx.remote(key, obs)
+
+
+class BenchClient(ActorClient):
+    """A bench's card (actors/bench_actor.py)."""
+
+    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[Outputs]:
+        return self.handle.run_batch.remote(key, dtype, obs, noise)
+
+    def latency(
+        self,
+        key: str,
+        dtype: str,
+        obs: tuple[np.ndarray, ...],
+        noise: np.ndarray,
+        windows: int,
+        window_s: float,
+        min_iterations: int,
+    ) -> ObjectRef[LatencyRun[Outputs]]:
+        return self.handle.latency.remote(key, dtype, obs, noise, windows, window_s, min_iterations)
+
+    def warm_up(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[float]:
+        return self.handle.warm_up.remote(key, dtype, obs, noise)
+
+    def throughput(
+        self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray, schedule: list[tuple[float, float]]
+    ) -> ObjectRef[tuple[list[Throughput], Outputs]]:
+        return self.handle.throughput.remote(key, dtype, obs, noise, schedule)
+
+    def closed_loop(
+        self, key: str, dtype: str, env: EnvSpec, env_impl: str | None, n_envs: int, seed: int, window_s: float, windows: int
+    ) -> ObjectRef[list[ClosedLoop]]:
+        return self.handle.closed_loop.remote(key, dtype, env, env_impl, n_envs, seed, window_s, windows)
