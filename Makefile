@@ -25,7 +25,7 @@ CI_RAY := 2.40.0
 RAY_2.9.0 := $(CI_RAY)
 NPU_SOURCES := .cache/torch-npu
 
-.PHONY: venv sweep test test-fast lint test-torch test-matrix test-ray test-npu-api bench clean
+.PHONY: venv sweep test test-fast lint test-torch test-matrix test-ray test-npu-api npu-sources print-matrix-venvs bench clean
 
 venv: $(VENV)/.installed
 
@@ -56,7 +56,7 @@ sweep: venv
 	$(VENV)/bin/harness sweep $(ARGS)
 
 test: venv
-	$(PY) -m pytest -q -ra $(ARGS)
+	$(PY) -m pytest -q -ra --durations=25 $(ARGS)
 
 # The code's own checks, configured in pyproject.toml: ruff (lint and format), mypy, the layering.
 lint: venv
@@ -94,14 +94,21 @@ test-ray-%: .venv-ray-%/.installed
 
 # Every torch_npu name the harness uses, against the Python sources of every supported wheel
 # (downloaded once into $(NPU_SOURCES), unpacked, never imported).
-test-npu-api: venv
+test-npu-api: npu-sources
+	TORCH_NPU_SOURCES="$(subst $() $(),:,$(foreach v,$(SUPPORTED_TORCH_NPU),$(NPU_SOURCES)/$(v)/torch_npu))" \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/test_torch_npu_wheel.py -k defined $(ARGS)
+
+# The supported wheels, downloaded once into $(NPU_SOURCES) and unpacked.
+npu-sources: venv
 	@for v in $(SUPPORTED_TORCH_NPU); do \
 	  test -f $(NPU_SOURCES)/$$v/torch_npu/__init__.py && continue; \
 	  $(PY) -m pip download -q --no-deps -d $(NPU_SOURCES)/wheels "torch-npu==$$v" && \
 	  $(PY) -m zipfile -e $(NPU_SOURCES)/wheels/torch_npu-$$v-*.whl $(NPU_SOURCES)/$$v || exit 1; \
 	done
-	TORCH_NPU_SOURCES="$(subst $() $(),:,$(foreach v,$(SUPPORTED_TORCH_NPU),$(NPU_SOURCES)/$(v)/torch_npu))" \
-	  $(PY) -m pytest -q -p no:cacheprovider tests/test_torch_npu_wheel.py -k defined $(ARGS)
+
+# The venvs `make test-matrix` tests in (CI builds them while `make test` runs).
+print-matrix-venvs:
+	@echo $(foreach t,$(CI_TORCH),.venv-torch-$(t)/.installed)
 
 bench: venv
 	$(PY) -m benchmarks $(ARGS)

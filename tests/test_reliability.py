@@ -1,7 +1,7 @@
 """Faults survived and nothing lost: a card actor killed mid-sweep, a killed driver resumed, a
 sweep interrupted (Ctrl-C) and one whose results disk filled up, each ending in one line with its
 status recorded and resumable; sweeps into one folder at once (one run id held by one process at a
-time; readers see a run whole or not at all). Real processes on the session's Ray cluster."""
+time, other ids kept beside it; readers see a run whole or not at all). Real processes on the session's Ray cluster."""
 
 from __future__ import annotations
 
@@ -248,46 +248,6 @@ def test_resume_of_a_finished_or_unknown_run_is_exit_2(tmp_path: Path) -> None:
     assert proc.returncode == 2 and proc.stderr.strip() == f"harness: error: --resume nope: no such run in {tmp_path}"
 
 
-def test_two_concurrent_sweeps_into_one_folder(ray_head: Head, tmp_path: Path) -> None:
-    small = [
-        "--policy",
-        "cartpole",
-        "--dtypes",
-        "float32",
-        "--episodes",
-        "1",
-        "--batch-sizes",
-        "1",
-        "--accelerator",
-        "cpu",
-        "--cards",
-        "2",
-        "--no-progress",
-        "--results",
-        str(tmp_path),
-        "--address",
-        ray_head.address,
-    ]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "harness", "sweep", *small],
-            cwd=REPO,
-            env=ray_head.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
-    outs = [p.communicate(timeout=300) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
-    runs = read_table(tmp_path, "runs").to_pylist()
-    assert len({r["run_id"] for r in runs}) == 2 and {r["status"] for r in runs} == {"passed"}
-    checks = read_table(tmp_path, "checks")
-    per_run = {rid: checks.column("run_id").to_pylist().count(rid) for rid in {r["run_id"] for r in runs}}
-    assert len(set(per_run.values())) == 1 and min(per_run.values()) > 0, per_run
-
-
 # A reader in a loop: `harness query`'s own code, run again and again in one process until the
 # stop file exists; each answer, one JSON line: every run with its status and its rows in view
 # (and any rows of a run with no runs row: none may show).
@@ -376,8 +336,11 @@ def test_a_run_taken_over_while_it_runs_stops_with_exit_3_and_never_says_failed(
     finally:
         _kill_group(driver.pid)
     assert driver.returncode == 3, out[-2000:] + err[-3000:]
-    assert f"harness: stopped: run held: this process no longer holds the run (pid {os.getpid()} on host {HOST} " in err
-    assert "); nothing of this process was published" in err
+    # Its next check found the claim gone, or already the test process's: either way it stops.
+    taken = rf"pid {os.getpid()} on host {re.escape(HOST)} \(claimed [^)]*\) holds it now"
+    removed = rf"its claim {re.escape(str(staging))}/owner-1\.json was removed"
+    stopped = "harness: stopped: run held: this process no longer holds the run"
+    assert re.search(rf"{stopped} \(({taken}|{removed})\); nothing of this process was published", err), err[-3000:]
     assert "FAILED" not in out and "PASSED" not in out
 
 
