@@ -306,10 +306,9 @@ def interrupted_run(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) ->
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 240
+        # Bounded by the test's timeout (pytest-timeout), not a clock here.
         while not any(staging.glob("*.done")):
             assert sweep.poll() is None, "the sweep ended before it could be interrupted:\n" + sweep.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "no unit finished in time"
             time.sleep(0.02)
         sweep.send_signal(signal.SIGINT)
         _, err = sweep.communicate(timeout=120)
