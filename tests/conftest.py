@@ -48,6 +48,14 @@ def one_torch_thread() -> None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def sb3_logs(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """SB3's `learn` makes a log folder even when it logs nothing, by default a new /tmp/SB3-<time>
+    each call, left behind; the session's own temporary folder takes them (SB3_LOGDIR), in this
+    process and in the processes it starts."""
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3-logs"))
+
+
 @pytest.fixture(scope="session")
 def cases() -> Path:
     """../shared/cases, for the tests that need the third-party files' exact bytes; they are
