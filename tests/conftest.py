@@ -49,6 +49,16 @@ def one_torch_thread() -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def interruptible() -> None:
+    """A suite started in the background by a script (`make test &`) inherits SIGINT ignored, as
+    a shell without job control sets it, and passes that on to every process it starts; the tests
+    that press Ctrl-C on a sweep need what a terminal gives it. A handler, unlike SIG_IGN, is not
+    inherited: the processes started here get the default back."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session", autouse=True)
 def sb3_logs(tmp_path_factory: pytest.TempPathFactory) -> None:
     """SB3's `learn` makes a log folder even when it logs nothing, by default a new /tmp/SB3-<time>
     each call, left behind; the session's own temporary folder takes them (SB3_LOGDIR), in this
