@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The harness on another torch of the supported range (`make test-torch TORCH=2.6.0`): the quick
-# tests (the torch_npu API check against the wheel installed beside it among them) and those marked
+# tests of what the venv varies (the torch_npu API check against the wheel installed beside it among them) and those marked
 # ray_versions (the venv may hold another Ray of the range: Makefile RAY_<torch>), then one small
 # sweep on 2 simulated cards, whose recorded precision settings are printed.
 # Usage: scripts/test_torch.sh VENV [pytest args...]
@@ -10,7 +10,12 @@ shift
 py=$venv/bin/python
 "$py" -c "from importlib.metadata import version as v; import harness, torch; \
 print('torch', torch.__version__, '| torch-npu', v('torch-npu'), '| ray', v('ray'), '| fp32_precision API:', hasattr(torch.backends, 'fp32_precision'))"
-"$py" -m pytest -q -p no:cacheprovider -m "not slow or ray_versions" "$@"
+# What a venv of the matrix varies is torch, torch-npu, SB3 and gymnasium, and Ray; the judge, the
+# store and the query run on numpy, scipy, pyarrow and DuckDB, the same in every venv, and their
+# tests load no policy and start no Ray: `make test` runs them once.
+same_in_every_venv=(compare compare_properties returns query query_sandbox claim results report architecture)
+"$py" -m pytest -q -p no:cacheprovider -m "not slow or ray_versions" \
+  $(printf -- '--ignore=tests/test_%s.py ' "${same_in_every_venv[@]}") "$@"
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 "$venv/bin/harness" sweep --policy cartpole --dtypes float32,bfloat16 --batch-sizes 1,8 --episodes 1 --no-progress \
