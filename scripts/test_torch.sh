@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The harness on another torch of the supported range (`make test-torch TORCH=2.6.0`): the quick
-# tests of what the venv varies (the torch_npu API check against the wheel installed beside it among them) and those marked
-# ray_versions (the venv may hold another Ray of the range: Makefile RAY_<torch>), then one small
-# sweep on 2 simulated cards, whose recorded precision settings are printed.
+# tests of what the venv varies (the torch_npu API check against the wheel installed beside it
+# among them) and those marked ray_versions (the venv may hold another Ray of the range: Makefile
+# RAY_<torch>), then one small sweep on 2 simulated cards, whose recorded precision settings are
+# printed.
 # Usage: scripts/test_torch.sh VENV [pytest args...]
 set -euo pipefail
 venv=$1
