@@ -74,8 +74,11 @@ test-torch:
 	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=2.6.0 (CI runs $(CI_TORCH))"; exit 2; }
 	$(MAKE) test-torch-$(TORCH)
 
+# Each venv's tests, all of them or a part: quick (no Ray) or ray (the ray_versions tests and the
+# sweep). CI runs the quick part beside `make test` at the lowest priority, the rest after it.
+MATRIX_PART ?= all
 test-torch-%: .venv-torch-%/.installed
-	scripts/test_torch.sh .venv-torch-$* $(ARGS)
+	scripts/test_torch.sh .venv-torch-$* $(MATRIX_PART) $(ARGS)
 
 # CI's torches two at a time (installs and tests), each one's output printed together when it ends.
 test-matrix:

@@ -4,19 +4,27 @@
 # among them) and those marked ray_versions (the venv may hold another Ray of the range: Makefile
 # RAY_<torch>), then one small sweep on 2 simulated cards, whose recorded precision settings are
 # printed.
-# Usage: scripts/test_torch.sh VENV [pytest args...]
+# Usage: scripts/test_torch.sh VENV [all|quick|ray] [pytest args...]
+#   quick  the quick tests alone: no Ray starts, so CI runs them at the lowest priority beside
+#          `make test`, in the CPU its Ray tests leave idle
+#   ray    the tests marked ray_versions and the sweep
 set -euo pipefail
-venv=$1
-shift
+venv=$1 part=${2:-all}
+shift $(($# < 2 ? $# : 2))
 py=$venv/bin/python
+case $part in all | quick | ray) ;; *) echo "usage: $0 VENV [all|quick|ray] [pytest args...]" >&2; exit 2 ;; esac
 "$py" -c "from importlib.metadata import version as v; import harness, torch; \
 print('torch', torch.__version__, '| torch-npu', v('torch-npu'), '| ray', v('ray'), '| fp32_precision API:', hasattr(torch.backends, 'fp32_precision'))"
-# What a venv of the matrix varies is torch, torch-npu, SB3 and gymnasium, and Ray; the judge, the
-# store and the query run on numpy, scipy, pyarrow and DuckDB, the same in every venv, and their
-# tests load no policy and start no Ray: `make test` runs them once.
-same_in_every_venv=(compare compare_properties returns query query_sandbox claim results report architecture)
-"$py" -m pytest -q -p no:cacheprovider -m "not slow or ray_versions" \
-  $(printf -- '--ignore=tests/test_%s.py ' "${same_in_every_venv[@]}") "$@"
+if [ "$part" != ray ]; then
+  # What a venv of the matrix varies is torch, torch-npu, SB3 and gymnasium, and Ray; the judge, the
+  # store and the query run on numpy, scipy, pyarrow and DuckDB, the same in every venv, and their
+  # tests load no policy and start no Ray: `make test` runs them once.
+  same_in_every_venv=(compare compare_properties returns query query_sandbox claim results report architecture)
+  "$py" -m pytest -q -p no:cacheprovider -m "not slow" \
+    $(printf -- '--ignore=tests/test_%s.py ' "${same_in_every_venv[@]}") "$@" || [ $? = 5 ] # 5: ARGS chose none here
+fi
+[ "$part" = quick ] && exit 0
+"$py" -m pytest -q -p no:cacheprovider -m ray_versions "$@" || [ $? = 5 ]
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 "$venv/bin/harness" sweep --policy cartpole --dtypes float32,bfloat16 --batch-sizes 1,8 --episodes 1 --no-progress \
