@@ -279,14 +279,16 @@ def sb3_expert(folder: Path, seed: int = EXPERT_SEED) -> SB3Expert:
 OVERFLOW_SCALE = 3e4
 
 
-def float16_overflow(folder: Path) -> Path:
+def float16_overflow(folder: Path, activation: type[nn.Module] = nn.ReLU) -> Path:
     """A PPO MlpPolicy for CartPole-v1 (ReLU, pi [16]) whose first layer's outputs overflow
     float16 on some rows, in its RL Zoo layout: every float16 card, and the CPU in float16, give
-    inf and NaN logits there; float32 and the float64 golden stay finite."""
+    inf and NaN logits there; float32 and the float64 golden stay finite. With `nn.Softsign`
+    (inf / inf is NaN in float16) the activation brings the values back into range, so keeping
+    the first layer alone in float32 mends it."""
     from stable_baselines3 import PPO
 
     folder.mkdir(parents=True, exist_ok=True)
-    kwargs = {"net_arch": [16], "activation_fn": nn.ReLU}
+    kwargs = {"net_arch": [16], "activation_fn": activation}
     model = PPO("MlpPolicy", EXPERT_ENV, seed=0, device="cpu", policy_kwargs=kwargs)
     redraw_weights(model)
     with torch.no_grad():

@@ -18,6 +18,7 @@ from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from tqdm import tqdm
 
@@ -29,6 +30,7 @@ from harness.inference.forward import head_name
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Rules, tolerance_of
 from harness.policies import PolicyNet, PolicySpec
+from harness.policies.keep_float32 import precision_layers
 from harness.report.summary import print_summary
 from harness.run.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
 from harness.run.dispatch import SharedRefs, check_row, judge, submit
@@ -38,12 +40,13 @@ from harness.run.layer_search import localize_failures, localize_overflow
 from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.run.phases import Phases
 from harness.run.options import SweepConfig, validate
+from harness.run.precision_plan import check_plan
 from harness.run.place import Placement, cluster_address, describe_actors, place_sweep
 from harness.run.ray_internals import dashboard_url
 from harness.run.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
-from harness.store.schema import CheckRow, RunRow
+from harness.store.schema import CheckRow, EpisodeRow, RunRow
 from harness.store.writer import RunWriter, read_run
 
 
@@ -83,6 +86,7 @@ def _claimed(config: SweepConfig, command: str, held: ExitStack, phases: Phases)
         check_cards(config.cards, kind, cluster_address(config.address))
         refuse_absent_cards(faults, planned_cards(kind, config), cards_source(config))
         specs, policies = load_policies(config)
+        check_plan(config.kept, {key: precision_layers(p) for key, p in policies.items()}, config.dtypes)
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
         writer = RunWriter(
@@ -287,7 +291,7 @@ def _add_staged(closed: ClosedLoop, writer: RunWriter, done: list[Unit]) -> None
             closed.add(unit, writer.staged_episodes(unit.unit_id))
 
 
-def _stage_verdicts(closed: ClosedLoop, writer: RunWriter, done: set[str]) -> None:
+def _stage_verdicts(closed: ClosedLoop, writer: Stager, done: set[str]) -> None:
     """The closed-loop verdicts, judged on every round of each mode; the cards' checks of a mode
     are staged together, as one unit."""
     units: dict[str, list[CheckRow]] = {}
@@ -306,6 +310,35 @@ def _stage_verdicts(closed: ClosedLoop, writer: RunWriter, done: set[str]) -> No
             writer.stage_unit(unit_id, rows, [])
 
 
+class Stager(Protocol):
+    """Where judged units go: the run's writer, or the rows a diagnosis step keeps in memory."""
+
+    def stage_unit(self, unit_id: str, checks: list[CheckRow], episodes: list[EpisodeRow]) -> None: ...
+
+
+@dataclass
+class Kept:
+    """A `Stager` that keeps every row in memory (a diagnosis step's units, never written)."""
+
+    checks: list[CheckRow] = field(default_factory=list)
+
+    def stage_unit(self, unit_id: str, checks: list[CheckRow], episodes: list[EpisodeRow]) -> None:
+        self.checks += checks
+
+
+def judge_units(
+    config: SweepConfig, placement: Placement, watch: Watch, policies: dict[str, PolicyNet], units: list[Unit], phases: Phases
+) -> list[CheckRow]:
+    """`units` run on actors already placed and judged as a sweep judges them, closed-loop
+    verdicts included; the rows, kept in memory (harness/run/diagnose.py: a step of its search)."""
+    kept, closed = Kept(), ClosedLoop(config, policies)
+    _fan_out_and_judge(config, placement, watch, policies, units, kept, phases, closed, Lost())
+    while rounds := closed.next_round():
+        _fan_out_and_judge(config, placement, watch, policies, rounds, kept, phases, closed, Lost())
+    _stage_verdicts(closed, kept, set())
+    return kept.checks
+
+
 @dataclass
 class Lost:
     """What fanning out lost, over every round: the cards that produced nothing, the units sent again."""
@@ -320,7 +353,7 @@ def _fan_out_and_judge(
     watch: Watch,
     policies: dict[str, PolicyNet],
     units: list[Unit],
-    writer: RunWriter,
+    writer: Stager,
     phases: Phases,
     closed: ClosedLoop,
     lost: Lost,
