@@ -7,6 +7,7 @@ diagnose` proposes keeping exactly that layer, and `harness sweep --keep-float32
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -46,12 +47,13 @@ def test_a_kept_layer_computes_in_float32_and_mends_the_overflow(overflow: Path)
     golden = cast_policy(policy, "float64")(obs.double())
     assert not torch.isfinite(cast_policy(policy, "float16")(obs)).all()
     mixed = cast_policy(policy, "float16+fp32[body.0]")
-    assert mixed.body[0].weight.dtype == torch.float32 and mixed.head.weight.dtype == torch.float16
+    first, kept = dict(policy.named_parameters()), dict(mixed.named_parameters())
+    assert kept["body.0.weight"].dtype == torch.float32 and kept["head.weight"].dtype == torch.float16
     # The kept layer's weights come from the float32 policy: past 65504, float16 made them inf.
-    assert torch.equal(mixed.body[0].weight, policy.body[0].weight)
+    assert torch.equal(kept["body.0.weight"], first["body.0.weight"])
     out = mixed(obs)
     assert torch.isfinite(out).all() and float((out.double() - golden).abs().max()) < 0.05
-    with pytest.raises(ValueError, match="no layer body.9"):
+    with pytest.raises(ValueError, match=r"no layer body\.9"):
         cast_policy(policy, "float16+fp32[body.9]")
 
 
@@ -59,17 +61,17 @@ def test_the_search_bisects_then_drops_what_is_not_needed() -> None:
     layers = [f"body.{i}" for i in range(8)]
     asked: list[tuple[str, ...]] = []
 
-    def needs(*wanted: str) -> object:
+    def needs(*wanted: str) -> Callable[[tuple[str, ...]], bool]:
         def passes(kept: tuple[str, ...]) -> bool:
             asked.append(kept)
             return set(wanted) <= set(kept)
 
         return passes
 
-    assert smallest_float32_set(layers, needs("body.2", "body.5")) == ("body.2", "body.5")  # type: ignore[arg-type]
+    assert smallest_float32_set(layers, needs("body.2", "body.5")) == ("body.2", "body.5")
     # All, then 3 bisection steps, then one try per layer of the leading run but its last.
     assert len(asked) == 1 + 3 + 5
-    assert smallest_float32_set(layers, needs("body.0")) == ("body.0",)  # type: ignore[arg-type]
+    assert smallest_float32_set(layers, needs("body.0")) == ("body.0",)
     assert smallest_float32_set(layers, lambda kept: False) is None
 
 
@@ -87,6 +89,14 @@ def test_a_plan_that_does_not_apply_is_refused(overflow: Path, tmp_path: Path) -
 def test_diagnose_keeps_the_overflowing_layer_and_the_plan_passes(overflow: Path, ray_head: Head, tmp_path: Path) -> None:
     failed = sweep_on(ray_head.address, tmp_path, "--policy", str(overflow), *QUICK, "--run-id", "overflow")
     assert failed.returncode == 1, failed.stdout[-3000:] + failed.stderr[-3000:]
+    # Where each card's NaN began: the first layer, the row, the layer's largest finite input (the observations).
+    found = [r for r in read_table(tmp_path, "checks").to_pylist() if r["kind"] == "first_nonfinite"]
+    assert {r["device_a"] for r in found} == {"sim-cpu0", "sim-cpu1"}
+    assert all(r["layer"] == "body.0" and not r["gating"] and not r["passed"] for r in found)
+    assert all(0 < r["input_max_abs"] < 10 and r["n_nonfinite"] > 0 for r in found)
+    assert (
+        "finding (not gating)" in failed.stdout and "first value not finite appeared at body.0 Linear(4, 16)" in failed.stdout
+    )
 
     diagnosed = cli("diagnose", "overflow", "--results", str(tmp_path), "--address", ray_head.address)
     assert diagnosed.returncode == 0, diagnosed.stdout[-3000:] + diagnosed.stderr[-3000:]

@@ -36,7 +36,7 @@ from harness.run.budget import cards_source, check_cards, check_memory, estimate
 from harness.run.dispatch import SharedRefs, check_row, judge, submit
 from harness.run.gather import RunIncomplete, Watch, gather
 from harness.run.closed_loop import ClosedLoop
-from harness.run.layer_search import localize_failures, localize_overflow
+from harness.run.layer_search import localize_failures, localize_nonfinite, localize_overflow
 from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.run.phases import Phases
 from harness.run.options import SweepConfig, validate
@@ -368,6 +368,7 @@ def _fan_out_and_judge(
         pending = deque(watch.track(submit(placement, unit, shared)) for unit in units)
     layers: dict[tuple[str, str, CheckKind, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
     overflows: dict[tuple[str, str], str] = {}  # (policy, dtype) -> where the dtype overflows, once
+    nonfinite: set[tuple[str, str, str]] = set()  # (policy, dtype, card) whose first NaN or inf is named
     bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not config.progress, file=sys.stderr)
     try:
         while pending:
@@ -401,6 +402,7 @@ def _fan_out_and_judge(
                 if isinstance(unit.work, BatchWork):
                     localize_failures(placement, watch, policy, unit, rows, rules, layers)
                     localize_overflow(placement, watch, policy, unit, rows, overflows)
+                    localize_nonfinite(placement, watch, policy, unit, rows, nonfinite)
             with phases("write"):
                 writer.stage_unit(unit.unit_id, rows, episodes)
             if isinstance(unit.work, EpisodeWork):
