@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import NoReturn
 
-from harness.cli import bench, diagnose, export_onnx, info, query, report, sweep
+from harness.cli import bench, diagnose, export_onnx, info, query, report, repro, sweep
 from harness.errors import InfrastructureError, RunLost, UsageError
 from harness.registry import Registry
 from harness.run.signals import sigterm_interrupts
@@ -31,6 +31,7 @@ COMMANDS: Registry[ModuleType] = Registry(
         "report": report,
         "export-onnx": export_onnx,
         "diagnose": diagnose,
+        "repro": repro,
     },
 )
 

@@ -93,6 +93,20 @@ def stored_config(results: Path, run_id: str) -> SweepConfig:
     return config
 
 
+def rerun_config(
+    config: SweepConfig, results: Path, address: str | None, policies: list[str], *, keep_plan: bool
+) -> SweepConfig:
+    """The run's configuration, for running some of its units again (a diagnosis step, a repro)
+    on `policies`: the run's dtypes and faults (each unit says its own dtype), its precision plan
+    where `keep_plan`, nothing written under the run's id, on `address` where given, else the run's."""
+    step = SweepConfig(**json.loads(config.to_json()))
+    step.policies, step.run_id, step.progress = policies, None, False
+    step.results, step.resume = str(results), None
+    step.keep_float32 = config.keep_float32 if keep_plan else None
+    step.address = address if address is not None else config.address
+    return validate(step)
+
+
 def diagnose(results: Path, run_id: str, address: str | None) -> Path | None:
     """Search a plan for every failing (policy, dtype) of run `run_id`; write it and return its
     path (None where nothing a plan can mend failed)."""
@@ -114,11 +128,7 @@ def diagnose(results: Path, run_id: str, address: str | None) -> Path | None:
 
 
 def _search(config: SweepConfig, results: Path, folder: Path, failed: Failing, address: str | None) -> KeptLayers:
-    step = SweepConfig(**json.loads(config.to_json()))
-    step.policies, step.dtypes, step.run_id, step.progress = [failed.policy], [failed.dtype], None, False
-    step.results, step.resume, step.keep_float32 = str(results), None, None
-    step.address = address if address is not None else config.address
-    step = validate(step)
+    step = rerun_config(config, results, address, [failed.policy], keep_plan=False)
     kind = resolve_accelerator(step.accelerator)
     specs, policies = load_policies(step)
     policy = policies[failed.policy]

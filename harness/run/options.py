@@ -651,7 +651,8 @@ def _validate_sweep(config: SweepConfig) -> None:
     if config.resume is not None:
         check_run_id(config.resume, "--resume")
     refuse_absent_cards(config.faults, config.cards, f"--cards {config.cards}")
-    refuse_absent_dtypes(config.faults, config.dtypes)
+    # A precision plan computes its kept layers in float32, whatever the dtype it plans.
+    refuse_absent_dtypes(config.faults, [*config.dtypes, *(["float32"] if config.kept else [])])
     config.tolerances  # noqa: B018 (parsed here, so that a bad one is refused before Ray starts)
     for policy, dtype in config.kept:
         if policy not in config.policies or dtype not in config.dtypes:

@@ -310,6 +310,12 @@ def _stage_verdicts(closed: ClosedLoop, writer: Stager, done: set[str]) -> None:
             writer.stage_unit(unit_id, rows, [])
 
 
+def unit_rules(config: SweepConfig, unit: Unit, policy: PolicyNet) -> Rules:
+    """What a unit of `policy` is judged by: its dtype's limits and tolerance, the policy's outputs."""
+    tolerance, user_set = tolerance_of(unit.dtype, config.tolerances)
+    return Rules(unit.dtype, config.limits, tolerance, user_set, policy.bounded_outputs(), scores=head_name(policy))
+
+
 class Stager(Protocol):
     """Where judged units go: the run's writer, or the rows a diagnosis step keeps in memory."""
 
@@ -362,7 +368,6 @@ def _fan_out_and_judge(
     unit's ObjectRefs are let go once it is gathered. A unit whose results came from two nodes
     (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. What the runs
     summary says of it goes into `lost`; each episode unit's rows into `closed`."""
-    limits, user_tolerances = config.limits, config.tolerances
     shared = SharedRefs()
     with phases("fanout"):
         pending = deque(watch.track(submit(placement, unit, shared)) for unit in units)
@@ -384,9 +389,8 @@ def _fan_out_and_judge(
             got, errors = gathered
             lost.dead.update(error.device_a for error in errors)
             with phases("judge"):
-                tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
                 policy = policies[unit.policy]
-                rules = Rules(unit.dtype, limits, tolerance, user_set, policy.bounded_outputs(), scores=head_name(policy))
+                rules = unit_rules(config, unit, policy)
                 checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
                 rows = [
                     check_row(
