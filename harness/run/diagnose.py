@@ -22,13 +22,14 @@ from harness.devices import resolve_accelerator
 from harness.dtypes import kept_label
 from harness.errors import UsageError
 from harness.judge.kinds import CheckKind
+from harness.policies import PolicyNet
 from harness.policies.keep_float32 import precision_layers
 from harness.run.gather import Watch
 from harness.run.lifecycle import ray_cluster
 from harness.run.options import SweepConfig, validate
 from harness.run.phases import Phases
-from harness.run.place import describe_actors, place_sweep
-from harness.run.plan import load_policies, plan_inputs, plan_units
+from harness.run.place import Placement, describe_actors, place_sweep
+from harness.run.plan import Inputs, load_policies, plan_inputs, plan_units
 from harness.run.precision_plan import KeptLayers, Plan, Step, write_plan
 from harness.run.sweep import judge_units
 from harness.store.paths import inside, table_dir
@@ -117,7 +118,9 @@ def diagnose(results: Path, run_id: str, address: str | None) -> Path | None:
         print(f"{run_id}: no float16 or bfloat16 port or closed-loop verdict failed; nothing to keep in float32")
         return None
     folder = inside(results, results / "diagnose" / run_id)
-    plans = [_search(config, results, folder, f, address) for f in todo]
+    plans = _search_all(
+        rerun_config(config, results, address, list(dict.fromkeys(f.policy for f in todo)), keep_plan=False), folder, todo
+    )
     path = write_plan(folder / "plan.json", Plan(run_id, tuple(plans)))
     for plan in plans:
         print(
@@ -127,35 +130,48 @@ def diagnose(results: Path, run_id: str, address: str | None) -> Path | None:
     return path
 
 
-def _search(config: SweepConfig, results: Path, folder: Path, failed: Failing, address: str | None) -> KeptLayers:
-    step = rerun_config(config, results, address, [failed.policy], keep_plan=False)
+def _search_all(step: SweepConfig, folder: Path, todo: list[Failing]) -> list[KeptLayers]:
+    """Each failing (policy, dtype)'s plan, searched in turn on actors placed once for all."""
     kind = resolve_accelerator(step.accelerator)
     specs, policies = load_policies(step)
-    policy = policies[failed.policy]
-    inputs = {failed.policy: plan_inputs(step, policy)}
-    layers = precision_layers(policy)
-    print(f"{failed.policy} {failed.dtype} failed on {failed.card}: searching which of {', '.join(layers)} to keep in float32")
-    phases, steps = Phases(), []
+    inputs = {key: plan_inputs(step, policy) for key, policy in policies.items()}
+    phases = Phases()
     with ray_cluster(step.address, kind, step.cards, phases) as n_cards:
         placement = place_sweep(
             kind, n_cards, step.placement, specs, step.threads, step.precision, step.faults, folder / "faults"
         )
         cards, reference = describe_actors(placement, policies)
         watch = Watch(placement, [*cards, reference], step.hang_timeout)
+        return [_search(step, placement, watch, policies, inputs, failed, phases) for failed in todo]
 
-        def passes(kept: tuple[str, ...]) -> bool:
-            label = kept_label(failed.dtype, kept)
-            start = time.perf_counter()
-            units = plan_units(step, policies, inputs, {failed.dtype: label})
-            checks = judge_units(step, placement, watch, policies, units, phases)
-            passed = all(r.passed for r in checks if r.gating)
-            steps.append(Step(kept, passed, round(time.perf_counter() - start, 3), len(units)))
-            print(
-                f"  step {len(steps)}: {label}: {'PASS' if passed else 'FAIL'} ({len(units)} units, "
-                f"{steps[-1].seconds:.1f} s)",
-                flush=True,
-            )
-            return passed
 
-        found = smallest_float32_set(layers, passes)
+def _search(
+    step: SweepConfig,
+    placement: Placement,
+    watch: Watch,
+    policies: dict[str, PolicyNet],
+    inputs: dict[str, Inputs],
+    failed: Failing,
+    phases: Phases,
+) -> KeptLayers:
+    """One failing (policy, dtype)'s plan: each step runs its units again and judges them."""
+    layers = precision_layers(policies[failed.policy])
+    print(f"{failed.policy} {failed.dtype} failed on {failed.card}: searching which of {', '.join(layers)} to keep in float32")
+    steps: list[Step] = []
+    only = {failed.policy: policies[failed.policy]}
+
+    def passes(kept: tuple[str, ...]) -> bool:
+        label = kept_label(failed.dtype, kept)
+        start = time.perf_counter()
+        units = plan_units(step, only, inputs, {failed.dtype: label})
+        checks = judge_units(step, placement, watch, only, units, phases)
+        passed = all(r.passed for r in checks if r.gating)
+        steps.append(Step(kept, passed, round(time.perf_counter() - start, 3), len(units)))
+        print(
+            f"  step {len(steps)}: {label}: {'PASS' if passed else 'FAIL'} ({len(units)} units, {steps[-1].seconds:.1f} s)",
+            flush=True,
+        )
+        return passed
+
+    found = smallest_float32_set(layers, passes)
     return KeptLayers(failed.policy, failed.dtype, found or tuple(layers), failed.card, tuple(steps), found is not None)
