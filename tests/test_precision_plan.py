@@ -28,9 +28,13 @@ import torch
 from torch import nn
 
 from harness.dtypes import base_dtype, kept_label, precision_of, split_kept
+from harness.errors import UsageError
+from harness.inference.fault_specs import parse_faults
+from harness.inference.faults import inject
 from harness.policies import load_policy
 from harness.policies.base import cast_policy
 from harness.policies.keep_float32 import precision_layers
+from harness.policies.matmul_precision import round_mantissa
 from harness.run.diagnose import smallest_float32_set
 from harness.run.precision_plan import read_plan
 from tests import builders
@@ -89,6 +93,29 @@ def test_the_search_bisects_then_drops_what_is_not_needed() -> None:
     assert len(asked) == 1 + 3 + 5
     assert smallest_float32_set(layers, needs("body.0")) == ("body.0",)
     assert smallest_float32_set(layers, lambda kept: False) is None
+
+
+def test_a_fault_strikes_one_layer_and_reduced_float32_rounds_as_the_bits_do(overflow: Path) -> None:
+    [fault] = parse_faults(["card1:reduced-fp32@head"])
+    assert (fault.card, fault.kind, fault.layer, str(fault)) == (1, "reduced-fp32", "head", "card1:reduced-fp32@head")
+    with pytest.raises(UsageError, match="strikes no single layer"):
+        parse_faults(["card0:corrupt-weight@head"])
+    # In a plan, the layers kept in float32 are the float32 ones it reduces; the named one alone.
+    policy = load_policy(str(overflow))
+    mixed = inject(cast_policy(policy, "float16+fp32[body.0,head]"), [fault])
+    kept = dict(mixed.named_parameters())
+    assert torch.equal(kept["body.0.weight"], policy.body[0].weight)
+    assert not torch.equal(kept["head.weight"], policy.head.weight)
+    assert torch.equal(kept["head.weight"], round_mantissa(policy.head.weight))
+    with pytest.raises(ValueError, match=r"no Linear layer 'body\.7'"):
+        inject(cast_policy(policy, "float32"), parse_faults(["all:reduced-fp32@body.7"]))
+    # round_mantissa is arithmetic (torch.jit.trace records it); on the bits, as TF32 rounds: the same bits.
+    x = torch.randn(100_000, generator=torch.Generator().manual_seed(0)) * 10.0 ** torch.randint(-44, 38, (100_000,))
+    x = torch.cat([x, torch.tensor([0.0, -0.0, 3.4e38, 1e-40, 1 + 2**-11, 1 + 3 * 2**-11, float("inf"), float("nan")])])
+    raw = x.view(torch.int32)
+    bits = ((raw + (1 << 12) - 1 + ((raw >> 13) & 1)) & ~((1 << 13) - 1)).view(torch.float32)
+    on_bits = torch.where(torch.isfinite(x), bits, x)
+    assert torch.equal(round_mantissa(x).view(torch.int32), on_bits.view(torch.int32))
 
 
 def test_a_plan_that_does_not_apply_is_refused(overflow: Path, tmp_path: Path) -> None:

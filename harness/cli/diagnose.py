@@ -19,14 +19,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         epilog="exit: 0 a plan was found for every failing dtype (or nothing needed one), 1 none passes even with "
         "every layer in float32, 2 bad input, 3 Ray did not start",
     )
+    rerun_arguments(parser, "search")
+    parser.set_defaults(func=run)
+
+
+def rerun_arguments(parser: argparse.ArgumentParser, doing: str) -> None:
+    """RUN_ID, --results and --address: of the commands that run units of a failed sweep again."""
     parser.add_argument("run_id", metavar="RUN_ID", help="the failed sweep")
     parser.add_argument(
         "--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)"
     )
     parser.add_argument(
-        "--address", default=None, metavar="ADDR", help="Ray cluster to search on (default: the run's own, else a local Ray)"
+        "--address", default=None, metavar="ADDR", help=f"Ray cluster to {doing} on (default: the run's own, else a local Ray)"
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

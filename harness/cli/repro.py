@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from harness.cli.diagnose import rerun_arguments
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -19,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "torch: `python repro.py --device npu:0` reruns the model there and prints the mismatch.",
         epilog="exit: 0 the folder is written, 2 bad input (no such failing check), 3 Ray did not start",
     )
-    parser.add_argument("run_id", metavar="RUN_ID", help="the failed sweep")
+    rerun_arguments(parser, "rerun")
     parser.add_argument("--check", default=None, metavar="KIND", help="cpu_reference, cross_card or decisions")
     parser.add_argument("--card", default=None, metavar="LABEL", help="the card's label in the run (sim-cpu1, npu3)")
     parser.add_argument("--policy", default=None, metavar="NAME", help="the policy, as the run named it")
@@ -30,12 +32,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--no-weights",
         action="store_true",
         help="leave the model out (its weights' sha256 and origin stay in the manifest; the script then takes --model)",
-    )
-    parser.add_argument(
-        "--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)"
-    )
-    parser.add_argument(
-        "--address", default=None, metavar="ADDR", help="Ray cluster to rerun on (default: the run's own, else a local Ray)"
     )
     parser.set_defaults(func=run)
 
