@@ -53,6 +53,9 @@ class PolicyActor:
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         return self.runner.capture(key, dtype, obs)
 
+    def export(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> bytes:
+        return self.runner.export(key, dtype, obs, noise)
+
 
 def describe_runner(runner: Runner) -> dict[str, object]:
     """What an actor reports about itself: its device, threads, the bytes it loaded, its node."""

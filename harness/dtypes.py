@@ -4,6 +4,7 @@ Plain data, shared by the policies (to cast and to emulate) and the judge (to we
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 CARD_DTYPES: Final = ("float32", "float16", "bfloat16")
@@ -23,10 +24,35 @@ LABEL_ORDER: Final = ("float32", *REDUCED_FLOAT32, "float16", "bfloat16")
 """The order results list dtype labels in: float32 and its reduced modes, then the narrower dtypes."""
 
 
+KEEP_FLOAT32_MARK: Final = "+fp32"
+"""`float16+fp32[body.0,head]`: float16 with the layers named in brackets computed in float32 (a
+precision plan, `harness diagnose`; `harness sweep --keep-float32 PLAN`)."""
+_KEPT = re.compile(rf"^(?P<dtype>[a-z0-9-]+){re.escape(KEEP_FLOAT32_MARK)}\[(?P<layers>[^\]]+)\]$")
+
+
+def kept_label(dtype: str, layers: tuple[str, ...]) -> str:
+    """The label of `dtype` with `layers` computed in float32; `dtype` itself when none are."""
+    return f"{dtype}{KEEP_FLOAT32_MARK}[{','.join(layers)}]" if layers else dtype
+
+
+def split_kept(label: str) -> tuple[str, tuple[str, ...]]:
+    """A label's dtype and the layers it keeps in float32: ("float16", ("body.0",)) of
+    `float16+fp32[body.0]`; (label, ()) of a label without a plan."""
+    found = _KEPT.match(label)
+    return (found["dtype"], tuple(found["layers"].split(","))) if found else (label, ())
+
+
+def precision_of(label: str) -> str:
+    """The dtype a label's errors are weighed in: its own, before any layers kept in float32 (a
+    plan's error is judged against the CPU computing the same plan, in that dtype's terms)."""
+    return split_kept(label)[0]
+
+
 def base_dtype(label: str) -> str:
     """What a card casts its policy to for a label: a card labelled float32-tf32 is sent
-    float32 and its own matmuls do the rest."""
-    return "float32" if label in REDUCED_FLOAT32 else label
+    float32 and its own matmuls do the rest; a plan's layers kept in float32 go with it."""
+    dtype, kept = split_kept(label)
+    return kept_label("float32" if dtype in REDUCED_FLOAT32 else dtype, kept)
 
 
 def reduced_label(dtype: str, matmul_mode: str | None) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import NoReturn
 
-from harness.cli import bench, export_onnx, info, query, report, sweep
+from harness.cli import bench, diagnose, export_onnx, info, query, report, repro, sweep
 from harness.errors import InfrastructureError, RunLost, UsageError
 from harness.registry import Registry
 from harness.run.signals import sigterm_interrupts
@@ -23,7 +23,16 @@ from harness.run.signals import sigterm_interrupts
 # in silence.
 COMMANDS: Registry[ModuleType] = Registry(
     "command",
-    {"info": info, "sweep": sweep, "bench": bench, "query": query, "report": report, "export-onnx": export_onnx},
+    {
+        "info": info,
+        "sweep": sweep,
+        "bench": bench,
+        "query": query,
+        "report": report,
+        "export-onnx": export_onnx,
+        "diagnose": diagnose,
+        "repro": repro,
+    },
 )
 
 

@@ -4,13 +4,15 @@ validation reads the specs before anything imports torch.
 
 A spec is `card<N>:<kind>` (N the card's position in the run: card0, card1, ...) or `all:<kind>`
 (every card: a defect common to every card, which `cross_card` cannot see), and `=SIZE` after
-the kinds that take a size (`all:action-bias=0.2`):
+the kinds that take a size (`all:action-bias=0.2`), and `@LAYER` after those that can strike one
+layer alone (`card1:reduced-fp32@head`: LAYER as the policy names it, body.0, head, ...):
   ulp-noise        an honest card, not a defect: every floating output of every layer moved by up to
                    one ULP in the dtype it computes in, as another card's kernels round
                    (`add_ulp_noise`); `all:` gives every card the same nudges, `card<N>:` that card its own
   perturb-weight   one ULP added to one weight of the first layer, in the card's dtype
   corrupt-weight   the first layer's weights scaled by 1.01: a broken kernel, beyond any tolerance
-  reduced-fp32     float32 matmul inputs rounded to 10 mantissa bits, as TF32 / HF32 do
+  reduced-fp32     float32 matmul inputs rounded to 10 mantissa bits, as TF32 / HF32 do: every
+                   float32 Linear layer, those a precision plan keeps in float32 included
   fp16-accumulate  float16 matmuls summed in float16 (a kernel with a float16 accumulator)
   action-bias      SIZE (default 0.1) added to the head's output: a continuous action's mean moved,
                    or a discrete policy's first logit raised; a port that loses return
@@ -51,9 +53,11 @@ MODEL_KINDS = (
 KINDS = (*MODEL_KINDS, "mkl-avx2", "crash-once", "crash-always", "hang-once", "hang")
 # The faults that act only on the computations of one dtype (the card's dtype, before its label).
 DTYPE_OF_KIND = {"reduced-fp32": "float32", "fp16-accumulate": "float16"}
+# The kinds that can strike one layer alone (`@LAYER`).
+LAYER_KINDS = ("reduced-fp32", "fp16-accumulate")
 # The kinds that take a size (`all:action-bias=0.2`), and the size they take without one.
 SIZES = {"action-bias": 0.1, "noisy-sampler": 0.5}
-_SPEC = re.compile(r"^(?:card(\d+)|all):([a-z0-9-]+)(?:=([-+0-9.e]+))?$")
+_SPEC = re.compile(r"^(?:card(\d+)|all):([a-z0-9-]+)(?:@([A-Za-z0-9_.]+))?(?:=([-+0-9.e]+))?$")
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,12 @@ class Fault:
     card: int | None  # None: every card
     kind: str
     size: float | None = None  # the kinds of SIZES: the spec's, or the default
+    layer: str | None = None  # the kinds of LAYER_KINDS: the one layer it strikes (None: every layer)
 
     def __str__(self) -> str:
         size = "" if self.size is None or self.size == SIZES.get(self.kind) else f"={self.size:g}"
-        return f"{'all' if self.card is None else f'card{self.card}'}:{self.kind}{size}"
+        layer = "" if self.layer is None else f"@{self.layer}"
+        return f"{'all' if self.card is None else f'card{self.card}'}:{self.kind}{layer}{size}"
 
     def applies_to(self, position: int) -> bool:
         return self.card is None or self.card == position
@@ -84,14 +90,19 @@ def parse_faults(specs: list[str]) -> list[Fault]:
                 f"--inject-fault {spec!r}: expected card<N>:<kind> or all:<kind> with kind one of {', '.join(KINDS)}, "
                 "e.g. card1:perturb-weight, or all:action-bias=0.2"
             )
-        kind, size = match.group(2), match.group(3)
+        kind, layer, size = match.group(2), match.group(3), match.group(4)
+        if layer is not None and kind not in LAYER_KINDS:
+            raise UsageError(
+                f"--inject-fault {spec!r}: {kind} strikes no single layer; {', '.join(LAYER_KINDS)} do, "
+                "e.g. card1:reduced-fp32@head"
+            )
         if size is not None and kind not in SIZES:
             raise UsageError(f"--inject-fault {spec!r}: {kind} takes no size; {', '.join(SIZES)} do, e.g. all:action-bias=0.2")
         try:
             value = float(size) if size is not None else SIZES.get(kind)
         except ValueError:
             raise UsageError(f"--inject-fault {spec!r}: {size!r} is not a number, e.g. all:action-bias=0.2") from None
-        faults.append(Fault(int(match.group(1)) if match.group(1) is not None else None, kind, value))
+        faults.append(Fault(int(match.group(1)) if match.group(1) is not None else None, kind, value, layer))
     return faults
 
 
@@ -108,7 +119,8 @@ def refuse_absent_cards(faults: list[Fault], n_cards: int | None, cards_from: st
 
 
 def refuse_absent_dtypes(faults: list[Fault], dtypes: list[str]) -> None:
-    """UsageError for a fault that acts only on a dtype the run does not compute in."""
+    """UsageError for a fault that acts only on a dtype the run does not compute in (`dtypes`
+    holds float32 where a precision plan keeps layers in it)."""
     for fault in faults:
         dtype = DTYPE_OF_KIND.get(fault.kind)
         if dtype is not None and dtype not in dtypes:

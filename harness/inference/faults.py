@@ -38,10 +38,10 @@ def inject(policy: PolicyNet, faults: list[Fault]) -> PolicyNet:
         perturb_one_weight(policy)
     if "corrupt-weight" in kinds:
         corrupt_first_layer(policy)
-    if "reduced-fp32" in kinds and policy.compute_dtype == torch.float32:
-        reduce_float32_matmuls(policy)
-    if "fp16-accumulate" in kinds and policy.compute_dtype == torch.float16:
-        accumulate_float16_in_float16(policy)
+    if "reduced-fp32" in kinds:
+        reduce_float32_matmuls(policy, layer=kinds["reduced-fp32"].layer)
+    if "fp16-accumulate" in kinds:
+        accumulate_float16_in_float16(policy, layer=kinds["fp16-accumulate"].layer)
     return policy
 
 

@@ -13,6 +13,7 @@ from harness.inference.capture import capture_activations
 from harness.inference.episodes import run_episodes
 from harness.inference.faults import HONEST_SEED, add_ulp_noise
 from harness.inference.forward import run_batch, to_device
+from harness.inference.torchscript import traced_bytes
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import PolicySpec, load_policy
 from harness.policies.base import PolicyNet, cast_policy
@@ -73,3 +74,8 @@ class Runner:
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         """Every layer's output on this batch, for finding where two runs part."""
         return capture_activations(self.policy(key, dtype), to_device(obs, self.device))
+
+    def export(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> bytes:
+        """This device's copy of the policy in `dtype` (with what `prepare` did to it) as
+        TorchScript traced on this batch (harness/inference/torchscript.py)."""
+        return traced_bytes(self.policy(key, dtype), to_device(obs, self.device), to_device((noise,), self.device)[0])

@@ -31,14 +31,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from harness.dtypes import MANTISSA_BITS
+from harness.dtypes import MANTISSA_BITS, precision_of
 from harness.judge.numerics import as_float64, first_index, format_index, max_float, measure
 
 
 _CPU_SAME = "the CPU in the card's dtype"
 
 
-def eps(dtype: str) -> float:
+def eps(label: str) -> float:
+    dtype = precision_of(label)
     if dtype not in MANTISSA_BITS:
         raise ValueError(f"no mantissa width known for dtype {dtype!r}; known: {', '.join(MANTISSA_BITS)}")
     return 2.0 ** -MANTISSA_BITS[dtype]

@@ -29,5 +29,7 @@ class CheckKind(StrEnum):
     """A card's rows alone against the same rows inside a large batch, on the same card."""
     PUBLISHED_RETURN = "published_return"
     """The CPU float32's mean episode return against the score the policy's files state."""
+    FIRST_NONFINITE = "first_nonfinite"
+    """A finding: the first layer where a card's NaN or inf appeared (the golden finite there)."""
     BENCH_AUDIT = "bench_audit"
     """A bench's timed path against the sweep's run_batch, same card, same input, bit for bit."""

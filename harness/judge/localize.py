@@ -141,13 +141,69 @@ def first_overflow_layer(
     acts: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray], *, modules: Mapping[str, str] | None = None
 ) -> Overflow | None:
     """The first layer of a capture in a dtype that is NaN or inf where the golden is finite, or None."""
+    found = _first_not_finite(acts, golden)
+    if found is None:
+        return None
+    layer, bad = found
+    gold = as_float64(golden[layer])
+    largest = float(np.abs(gold[np.isfinite(gold)]).max(initial=0.0))
+    return Overflow(layer, (modules or {}).get(layer, ""), int(np.count_nonzero(bad)), int(bad.size), largest)
+
+
+@dataclass(frozen=True)
+class FirstNonFinite:
+    """A finding, not a rule: where a card's NaN or inf began, as msprobe's first-NaN analysis
+    names it on Ascend. `passed` is False: a card's output held a value the golden's did not."""
+
+    passed: bool
+    n_elements: int
+    n_nonfinite: int
+    """Values of that layer not finite on the card where the golden's are."""
+    layer: str
+    input_row: int
+    """The first row of the batch where it happened."""
+    input_max_abs: float
+    """The layer's largest finite input magnitude on the card (float16 holds up to 65504)."""
+    detail: str
+
+    def over_limit(self) -> float | None:
+        return None
+
+
+def first_nonfinite_layer(
+    acts: Mapping[str, np.ndarray],
+    golden: Mapping[str, np.ndarray],
+    observations: np.ndarray,
+    *,
+    modules: Mapping[str, str] | None = None,
+) -> FirstNonFinite | None:
+    """The first layer, in forward order, of a card's capture that is NaN or inf where the
+    golden is finite, or None. A layer's input is the layer before it (the observations for the
+    first): exact for the sequential bodies and heads of this harness's policies."""
+    found = _first_not_finite(acts, golden)
+    if found is None:
+        return None
+    layer, bad = found
+    layers = list(acts)
+    position = layers.index(layer)
+    given = as_float64(acts[layers[position - 1]] if position else observations)
+    largest = float(np.abs(given[np.isfinite(given)]).max(initial=0.0))
+    row = first_index(bad)[0] if bad.ndim else 0
+    where = f"{layer} {(modules or {}).get(layer, '')}".strip()
+    detail = (
+        f"the card's first value not finite appeared at {where}: {int(np.count_nonzero(bad))} of {bad.size} values, "
+        f"first on input row {row}; the layer's largest finite input {largest:.4g}"
+    )
+    return FirstNonFinite(False, int(bad.size), int(np.count_nonzero(bad)), layer, row, largest, detail)
+
+
+def _first_not_finite(acts: Mapping[str, np.ndarray], golden: Mapping[str, np.ndarray]) -> tuple[str, np.ndarray] | None:
+    """The first layer of `acts` with a value not finite where the golden's is, and where."""
     _same_layers(acts, golden)
     for layer, values in acts.items():
-        gold = as_float64(golden[layer])
-        bad = ~np.isfinite(as_float64(values)) & np.isfinite(gold)
+        bad = ~np.isfinite(as_float64(values)) & np.isfinite(as_float64(golden[layer]))
         if bad.any():
-            largest = float(np.abs(gold[np.isfinite(gold)]).max(initial=0.0))
-            return Overflow(layer, (modules or {}).get(layer, ""), int(np.count_nonzero(bad)), int(bad.size), largest)
+            return layer, bad
     return None
 
 

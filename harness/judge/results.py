@@ -18,12 +18,22 @@ from typing import Any, assert_never
 from harness.judge.compare import Comparison, DecisionComparison, EpisodeComparison, ToleranceComparison
 from harness.judge.golden import GoldenComparison
 from harness.judge.kinds import CheckKind
+from harness.judge.localize import FirstNonFinite
 from harness.judge.returns import ReturnComparison
 from harness.registry import Registry
 
-Result = Comparison | ToleranceComparison | GoldenComparison | DecisionComparison | EpisodeComparison | ReturnComparison
+Result = (
+    Comparison
+    | ToleranceComparison
+    | GoldenComparison
+    | DecisionComparison
+    | EpisodeComparison
+    | ReturnComparison
+    | FirstNonFinite
+)
 ResultType = (
     type[Comparison]
+    | type[FirstNonFinite]
     | type[ToleranceComparison]
     | type[GoldenComparison]
     | type[DecisionComparison]
@@ -39,6 +49,7 @@ _COLUMN_ORDER: tuple[ResultType, ...] = (
     DecisionComparison,
     EpisodeComparison,
     ReturnComparison,
+    FirstNonFinite,
 )
 
 
@@ -58,6 +69,8 @@ def result_types(kind: CheckKind) -> tuple[ResultType, ...]:
             return (ReturnComparison,)
         case CheckKind.TOLERANCE:
             return (ToleranceComparison,)
+        case CheckKind.FIRST_NONFINITE:
+            return (FirstNonFinite,)
         case CheckKind.ONNX_REFERENCE:
             # Floating outputs by the port rule; integer ones (actions) bit for bit.
             return (GoldenComparison, Comparison)

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from harness.dtypes import precision_of
 from harness.judge.compare import (
     TOLERANCES,
     Comparison,
@@ -111,7 +112,7 @@ def tolerance_of(dtype: str, user: dict[str, Tolerance]) -> tuple[Tolerance, boo
     it is the user's."""
     if dtype in user:
         return user[dtype], True
-    return TOLERANCES[dtype.split("-")[0]], False
+    return TOLERANCES[precision_of(dtype).split("-")[0]], False
 
 
 def error_check(device: str, message: str) -> Check:
@@ -145,11 +146,11 @@ def judge_cross_card(dtype: str, cards: dict[str, Outputs]) -> list[Check]:
 def in_compute_dtype(a: np.ndarray, b: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
     """Outputs computed in float16 or bfloat16 come back widened to float32, losslessly; narrowed
     again, their ULP distances count in the dtype the card computed in (1, not 8192)."""
-    if dtype not in ("float16", "bfloat16") or a.dtype != np.float32 or b.dtype != np.float32:
+    if precision_of(dtype) not in ("float16", "bfloat16") or a.dtype != np.float32 or b.dtype != np.float32:
         return a, b
     import ml_dtypes
 
-    native = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16
+    native = ml_dtypes.bfloat16 if precision_of(dtype) == "bfloat16" else np.float16
     na, nb = a.astype(native), b.astype(native)
     lossless = all(np.array_equal(n.astype(np.float32), x, equal_nan=True) for n, x in ((na, a), (nb, b)))
     return (na, nb) if lossless else (a, b)

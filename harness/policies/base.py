@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.dtypes import CARD_DTYPES, GOLDEN_DTYPE, REDUCED_FLOAT32
+from harness.dtypes import CARD_DTYPES, GOLDEN_DTYPE, REDUCED_FLOAT32, split_kept
 from harness.policies.policy_files import PLAIN, EnvSetup, PublishedScore
 
 ActionKind = Literal["discrete", "continuous"]
@@ -272,6 +272,9 @@ class PolicyNet(nn.Module):
         # golden's float64 throughout. Set by `cast_policy`, never guessed from a weight.
         self.compute_dtype = torch.float32
         self.io_dtype = torch.float32
+        # What the body (or the features) is fed: the compute dtype, or under a precision plan
+        # (harness/policies/keep_float32.py) the io dtype, each layer casting its own input.
+        self.feed_dtype: torch.dtype | None = None
         # Inference only: no autograd graph behind the outputs, whoever calls forward.
         self.requires_grad_(False)
         self.eval()
@@ -295,7 +298,7 @@ class PolicyNet(nn.Module):
                 x = self.normalizer(x)
         else:
             x = self.features(*self._preprocessed(obs))
-        latent = self.body(x.to(self.compute_dtype))
+        latent = self.body(x.to(self.feed_dtype or self.compute_dtype))
         out: torch.Tensor = self.head(latent)
         return latent, out.to(self.io_dtype)
 
@@ -311,7 +314,7 @@ class PolicyNet(nn.Module):
                 x[i] = part.reshape(x[i].shape)
         if self.normalize_images:
             x = [t / IMAGE_SCALE if inp.dtype == "uint8" else t for t, inp in zip(x, self.info.inputs, strict=True)]
-        return [t.to(self.compute_dtype) for t in x]
+        return [t.to(self.feed_dtype or self.compute_dtype) for t in x]
 
     def head_output(self) -> str:
         """The head's output, named for what it is: a Box policy's `mu`, a Q-network's `q_values`
@@ -405,7 +408,15 @@ def cast_policy(policy: PolicyNet, dtype: str) -> PolicyNet:
     of the whole model overflows ML-Agents' normalizer sums to inf). The golden (`GOLDEN_DTYPE`,
     float64): everything, normalizer and head included, and the output too.
     `REDUCED_FLOAT32`: float32 with its matmul inputs rounded as TF32, HF32, ... do.
+    A plan (`float16+fp32[body.0]`): the dtype, with those layers computed in float32.
     """
+    base, float32_layers = split_kept(dtype)
+    if float32_layers:
+        from harness.policies.keep_float32 import keep_float32
+
+        mixed = keep_float32(cast_policy(policy, base), policy, float32_layers)
+        mixed.feed_dtype = mixed.io_dtype
+        return mixed
     if dtype in REDUCED_FLOAT32:
         from harness.policies.matmul_precision import reduce_float32_matmuls
 

@@ -19,7 +19,8 @@ from torch import nn
 from torch.nn import functional as F
 
 REDUCED_MANTISSA_BITS = 10
-FLOAT32_MANTISSA_BITS = 23
+# frexp's exponent of float32's smallest normal (0.5 * 2 ** -125): subnormals round on its grid.
+FLOAT32_MIN_EXPONENT = -125
 # Products summed exactly in pairs before each float16 addition: a short run, as tensor cores
 # take their products, and half the loop of one product per addition. On huggy-arch (512-wide
 # layers, 4096 rows) it makes the float16 error 5.9x the CPU's; runs of 4 give 4.3x, of 8 3.2x.
@@ -30,21 +31,31 @@ Module = TypeVar("Module", bound=nn.Module)
 
 def round_mantissa(x: torch.Tensor, bits: int = REDUCED_MANTISSA_BITS) -> torch.Tensor:
     """float32 rounded to `bits` explicit mantissa bits, to nearest with ties to even, as the
-    TF32 conversion does; inf and NaN pass through."""
+    TF32 conversion does; inf and NaN pass through.
+
+    In arithmetic, not on the bits: scaled by a power of two so that the kept bits are the integer
+    part (subnormals on the grid of the smallest normal's), rounded, scaled back, every step
+    exact. A `Tensor.view(dtype)` would do the same on the bits, but torch.jit.trace cannot record
+    it, and a card's copy with this fault is traced into a vendor's repro
+    (harness/inference/torchscript.py)."""
     if x.dtype != torch.float32:
         raise ValueError(f"round_mantissa takes float32, got {x.dtype}")
-    drop = FLOAT32_MANTISSA_BITS - bits
-    raw = x.contiguous().view(torch.int32)
-    # Adding just under half a unit, plus the kept part's last bit, rounds to nearest, ties to
-    # even, on the magnitude bits whatever the sign; a carry into the exponent is the right result.
-    kept_lsb = (raw >> drop) & 1
-    rounded = (raw + ((1 << (drop - 1)) - 1) + kept_lsb) & ~((1 << drop) - 1)
-    return torch.where(torch.isfinite(x), rounded.view(torch.float32), x)
+    shift = torch.frexp(x)[1].clamp(min=FLOAT32_MIN_EXPONENT) - (bits + 1)
+    rounded = _times_power_of_two(torch.round(_times_power_of_two(x, -shift)), shift)
+    return torch.where(torch.isfinite(x), rounded, x)
 
 
-def reduce_float32_matmuls(model: Module, bits: int = REDUCED_MANTISSA_BITS) -> Module:
-    """Round every Linear layer's weights, and its input on every call, to `bits` mantissa bits."""
-    for linear in _linears(model):
+def _times_power_of_two(x: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+    """x * 2 ** exponent, exactly: in two halves, since 2 ** exponent alone may not be a float32."""
+    half = torch.div(exponent, 2, rounding_mode="floor")
+    return torch.ldexp(torch.ldexp(x, half), exponent - half)
+
+
+def reduce_float32_matmuls(model: Module, bits: int = REDUCED_MANTISSA_BITS, layer: str | None = None) -> Module:
+    """Round every float32 Linear layer's weights (or layer `layer`'s alone), and its input on
+    every call, to `bits` mantissa bits. A float16 or bfloat16 layer is left as it is: a model
+    in those dtypes is changed only where a precision plan keeps a layer in float32."""
+    for linear in _linears(model, torch.float32, layer):
         with torch.no_grad():
             linear.weight.copy_(round_mantissa(linear.weight, bits))
         linear.register_forward_pre_hook(partial(_round_inputs, bits=bits))
@@ -55,9 +66,10 @@ def _round_inputs(_module: nn.Module, inputs: tuple[torch.Tensor, ...], bits: in
     return tuple(round_mantissa(x, bits) if x.dtype == torch.float32 else x for x in inputs)
 
 
-def accumulate_float16_in_float16(model: Module) -> Module:
-    """Make every float16 Linear layer sum its products in float16, FLOAT16_ACCUMULATE_RUN at a time."""
-    for linear in _linears(model):
+def accumulate_float16_in_float16(model: Module, layer: str | None = None) -> Module:
+    """Make every float16 Linear layer (or layer `layer` alone, if float16) sum its products in
+    float16, FLOAT16_ACCUMULATE_RUN at a time."""
+    for linear in _linears(model, torch.float16, layer):
         # The fault is this layer computing otherwise: its own forward, replaced.
         linear.forward = partial(_float16_accumulating_linear, linear)  # type: ignore[method-assign]
     return model
@@ -77,8 +89,12 @@ def _float16_accumulating_linear(linear: nn.Linear, x: torch.Tensor) -> torch.Te
     return out.half()
 
 
-def _linears(model: nn.Module) -> list[nn.Linear]:
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+def _linears(model: nn.Module, dtype: torch.dtype, layer: str | None) -> list[nn.Linear]:
+    """The Linear layers of `model` whose weights are in `dtype` (of those, `layer` alone); a
+    ValueError where `model` has no Linear layer, or none named `layer`."""
+    linears = {name: m for name, m in model.named_modules() if isinstance(m, nn.Linear)}
     if not linears:
         raise ValueError(f"{type(model).__name__} has no Linear layer to change")
-    return linears
+    if layer is not None and layer not in linears:
+        raise ValueError(f"{type(model).__name__} has no Linear layer {layer!r}; its Linear layers: {', '.join(linears)}")
+    return [m for name, m in linears.items() if m.weight.dtype == dtype and layer in (None, name)]

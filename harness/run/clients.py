@@ -41,6 +41,9 @@ class PolicyClient(ActorClient):
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> ObjectRef[dict[str, np.ndarray]]:
         return self.handle.capture.remote(key, dtype, obs)
 
+    def export(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[bytes]:
+        return self.handle.export.remote(key, dtype, obs, noise)
+
 
 class ReferenceClient(ActorClient):
     """A sweep's CPU reference (actors/reference_actor.py)."""

@@ -8,6 +8,9 @@ work and are waited for as any result is (harness/run/gather.py)."""
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import ray
 
 from harness.dtypes import base_dtype
@@ -15,9 +18,10 @@ from harness.errors import first_line
 from harness.inference.capture import layer_modules
 from harness.judge.golden import GoldenComparison
 from harness.judge.kinds import CheckKind
-from harness.judge.localize import first_divergent_layer, first_layer_off_golden, first_overflow_layer
-from harness.judge.verdicts import Rules
+from harness.judge.localize import first_divergent_layer, first_layer_off_golden, first_nonfinite_layer, first_overflow_layer
+from harness.judge.verdicts import Check, Rules
 from harness.policies import GOLDEN_DTYPE, PolicyNet
+from harness.run.dispatch import check_row
 from harness.run.gather import Watch
 from harness.run.place import Placement
 from harness.run.plan import BatchWork, Unit
@@ -101,6 +105,60 @@ def localize_overflow(
         failed = row.kind in OVERFLOWED and not row.passed
         if row.device_a in cards and (named or failed):
             row.note(found[key])
+
+
+def localize_nonfinite(
+    placement: Placement, watch: Watch, policy: PolicyNet, unit: Unit, rows: list[CheckRow], found: set[tuple[str, str, str]]
+) -> None:
+    """For each card whose output on this batch holds NaN or inf where the golden's does not, a
+    `first_nonfinite` finding: the first layer, in forward order, where it appeared on that card
+    (captured there again), the input row and the layer's largest finite input. Once per card,
+    policy and dtype, on the first batch that shows it."""
+    work = unit.work
+    assert isinstance(work, BatchWork)
+    for row in [r for r in rows if _not_finite_on_card(r)]:
+        key = (unit.policy, unit.dtype, row.device_a)
+        if key in found:
+            continue
+        found.add(key)
+        what = f"the first-NaN search of {unit.policy} {unit.dtype} {unit.workload}"
+        position = watch.lane_of(row.device_a)
+        card = watch.follow(
+            position, [placement.cards[position].capture(unit.policy, base_dtype(unit.dtype), work.batch.obs)], what
+        )
+        gold = watch.follow(watch.reference, [placement.reference.capture(unit.policy, GOLDEN_DTYPE, work.batch.obs)], what)
+        try:
+            acts, golden = watch.get([*card, *gold])
+        except ray.exceptions.RayError as exc:
+            row.note(f"first-NaN search failed: {first_line(exc)}")
+            continue
+        # The normalizer's input, or the first input where a policy takes several: the batch as it went in.
+        observations = np.concatenate([o.reshape(len(o), -1) for o in work.batch.obs], axis=1).astype(np.float64)
+        finding = first_nonfinite_layer(acts, golden, observations, modules=layer_modules(policy))
+        if finding is None:
+            row.note("no layer is NaN or inf on a second run: the non-finite output did not repeat")
+            continue
+        check = Check(row.output, CheckKind.FIRST_NONFINITE, row.device_a, row.device_b, False, finding)
+        rows.append(
+            check_row(
+                check,
+                unit_id=unit.unit_id,
+                policy=unit.policy,
+                dtype=unit.dtype,
+                workload=unit.workload,
+                input_sha256=work.input_sha256,
+            )
+        )
+
+
+def _not_finite_on_card(row: CheckRow) -> bool:
+    """A port row whose card computed NaN or inf where the golden did not (forgiven or not)."""
+    result = row.result
+    return (
+        row.kind == CheckKind.CPU_REFERENCE
+        and isinstance(result, GoldenComparison)
+        and (result.n_overflow > 0 or not math.isfinite(result.max_abs))
+    )
 
 
 def _forgave_overflow(row: CheckRow) -> bool:

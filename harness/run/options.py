@@ -357,6 +357,13 @@ class SweepConfig(CommonOptions):
         above=0,
     )
     placement: str = option("--placement", "placement group strategy", "PACK", choices=PLACEMENT_STRATEGIES)
+    keep_float32: str | None = option(
+        "--keep-float32",
+        "a precision plan `harness diagnose` wrote: its layers computed in float32 on every card, each planned dtype "
+        "judged as any dtype under a label such as float16+fp32[body.0]",
+        None,
+        metavar="PLAN",
+    )
     resume: str | None = option(
         "--resume", "run id of an interrupted sweep: run only its missing units", None, metavar="RUN_ID"
     )
@@ -372,6 +379,15 @@ class SweepConfig(CommonOptions):
     @cached_property
     def tolerances(self) -> dict[str, Tolerance]:
         return parse_tolerances(self.tolerance)
+
+    @cached_property
+    def kept(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """--keep-float32: (policy, dtype) -> the layers computed in float32."""
+        if self.keep_float32 is None:
+            return {}
+        from harness.run.precision_plan import read_plan
+
+        return read_plan(Path(self.keep_float32)).kept()
 
     @cached_property
     def limits(self) -> RatioLimits:
@@ -635,8 +651,16 @@ def _validate_sweep(config: SweepConfig) -> None:
     if config.resume is not None:
         check_run_id(config.resume, "--resume")
     refuse_absent_cards(config.faults, config.cards, f"--cards {config.cards}")
-    refuse_absent_dtypes(config.faults, config.dtypes)
+    # A precision plan computes its kept layers in float32, whatever the dtype it plans.
+    refuse_absent_dtypes(config.faults, [*config.dtypes, *(["float32"] if config.kept else [])])
     config.tolerances  # noqa: B018 (parsed here, so that a bad one is refused before Ray starts)
+    for policy, dtype in config.kept:
+        if policy not in config.policies or dtype not in config.dtypes:
+            raise UsageError(
+                f"--keep-float32 {config.keep_float32}: its plan for {policy} {dtype} does not apply to this sweep "
+                f"(--policy {' '.join(config.policies)}, --dtypes {','.join(config.dtypes)}); a plan never applied "
+                "never passes"
+            )
     config.limits  # noqa: B018
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 
+from harness.dtypes import kept_label
 from harness.envs.registry import check_env
 from harness.envs.renames import renamed
 from harness.envs.spec import EnvSpec, is_registered, require_registered
@@ -195,12 +196,13 @@ def plan_inputs(config: SweepConfig, policy: PolicyNet) -> Inputs:
 def plan_units(
     config: SweepConfig, policies: dict[str, PolicyNet], inputs: dict[str, Inputs], dtypes: dict[str, str]
 ) -> list[Unit]:
-    """Every unit of the sweep; `dtypes` maps each asked dtype to its label on these cards."""
+    """Every unit of the sweep in the dtypes of `dtypes`, which maps each to its label on these
+    cards, to which a precision plan (--keep-float32) adds the layers it keeps in float32."""
     units = []
     for key, policy in policies.items():
         batches = inputs[key].batches
-        for dtype in config.dtypes:
-            label = dtypes[dtype]
+        for dtype, card_label in dtypes.items():
+            label = kept_label(card_label, config.kept.get((key, dtype), ()))
             works: list[Work] = [BatchWork(b) for b in batches]
             works += [
                 InvarianceWork(largest_normal(batches), rows)

@@ -18,6 +18,7 @@ from collections import deque
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from tqdm import tqdm
 
@@ -29,21 +30,23 @@ from harness.inference.forward import head_name
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Rules, tolerance_of
 from harness.policies import PolicyNet, PolicySpec
+from harness.policies.keep_float32 import precision_layers
 from harness.report.summary import print_summary
 from harness.run.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
 from harness.run.dispatch import SharedRefs, check_row, judge, submit
 from harness.run.gather import RunIncomplete, Watch, gather
 from harness.run.closed_loop import ClosedLoop
-from harness.run.layer_search import localize_failures, localize_overflow
+from harness.run.layer_search import localize_failures, localize_nonfinite, localize_overflow
 from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.run.phases import Phases
 from harness.run.options import SweepConfig, validate
+from harness.run.precision_plan import check_plan
 from harness.run.place import Placement, cluster_address, describe_actors, place_sweep
 from harness.run.ray_internals import dashboard_url
 from harness.run.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
-from harness.store.schema import CheckRow, RunRow
+from harness.store.schema import CheckRow, EpisodeRow, RunRow
 from harness.store.writer import RunWriter, read_run
 
 
@@ -83,6 +86,7 @@ def _claimed(config: SweepConfig, command: str, held: ExitStack, phases: Phases)
         check_cards(config.cards, kind, cluster_address(config.address))
         refuse_absent_cards(faults, planned_cards(kind, config), cards_source(config))
         specs, policies = load_policies(config)
+        check_plan(config.kept, {key: precision_layers(p) for key, p in policies.items()}, config.dtypes)
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
         writer = RunWriter(
@@ -287,7 +291,7 @@ def _add_staged(closed: ClosedLoop, writer: RunWriter, done: list[Unit]) -> None
             closed.add(unit, writer.staged_episodes(unit.unit_id))
 
 
-def _stage_verdicts(closed: ClosedLoop, writer: RunWriter, done: set[str]) -> None:
+def _stage_verdicts(closed: ClosedLoop, writer: Stager, done: set[str]) -> None:
     """The closed-loop verdicts, judged on every round of each mode; the cards' checks of a mode
     are staged together, as one unit."""
     units: dict[str, list[CheckRow]] = {}
@@ -306,6 +310,41 @@ def _stage_verdicts(closed: ClosedLoop, writer: RunWriter, done: set[str]) -> No
             writer.stage_unit(unit_id, rows, [])
 
 
+def unit_rules(config: SweepConfig, unit: Unit, policy: PolicyNet) -> Rules:
+    """What a unit of `policy` is judged by: its dtype's limits and tolerance, the policy's outputs."""
+    tolerance, user_set = tolerance_of(unit.dtype, config.tolerances)
+    return Rules(unit.dtype, config.limits, tolerance, user_set, policy.bounded_outputs(), scores=head_name(policy))
+
+
+class Stager(Protocol):
+    """Where judged units go: the run's writer, or the rows a diagnosis step keeps in memory."""
+
+    def stage_unit(self, unit_id: str, checks: list[CheckRow], episodes: list[EpisodeRow]) -> None: ...
+
+
+@dataclass
+class Kept:
+    """A `Stager` that keeps every row in memory (a diagnosis step's units, never written)."""
+
+    checks: list[CheckRow] = field(default_factory=list)
+
+    def stage_unit(self, unit_id: str, checks: list[CheckRow], episodes: list[EpisodeRow]) -> None:
+        self.checks += checks
+
+
+def judge_units(
+    config: SweepConfig, placement: Placement, watch: Watch, policies: dict[str, PolicyNet], units: list[Unit], phases: Phases
+) -> list[CheckRow]:
+    """`units` run on actors already placed and judged as a sweep judges them, closed-loop
+    verdicts included; the rows, kept in memory (harness/run/diagnose.py: a step of its search)."""
+    kept, closed = Kept(), ClosedLoop(config, policies)
+    _fan_out_and_judge(config, placement, watch, policies, units, kept, phases, closed, Lost())
+    while rounds := closed.next_round():
+        _fan_out_and_judge(config, placement, watch, policies, rounds, kept, phases, closed, Lost())
+    _stage_verdicts(closed, kept, set())
+    return kept.checks
+
+
 @dataclass
 class Lost:
     """What fanning out lost, over every round: the cards that produced nothing, the units sent again."""
@@ -320,7 +359,7 @@ def _fan_out_and_judge(
     watch: Watch,
     policies: dict[str, PolicyNet],
     units: list[Unit],
-    writer: RunWriter,
+    writer: Stager,
     phases: Phases,
     closed: ClosedLoop,
     lost: Lost,
@@ -329,12 +368,12 @@ def _fan_out_and_judge(
     unit's ObjectRefs are let go once it is gathered. A unit whose results came from two nodes
     (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. What the runs
     summary says of it goes into `lost`; each episode unit's rows into `closed`."""
-    limits, user_tolerances = config.limits, config.tolerances
     shared = SharedRefs()
     with phases("fanout"):
         pending = deque(watch.track(submit(placement, unit, shared)) for unit in units)
     layers: dict[tuple[str, str, CheckKind, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
     overflows: dict[tuple[str, str], str] = {}  # (policy, dtype) -> where the dtype overflows, once
+    nonfinite: set[tuple[str, str, str]] = set()  # (policy, dtype, card) whose first NaN or inf is named
     bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not config.progress, file=sys.stderr)
     try:
         while pending:
@@ -350,9 +389,8 @@ def _fan_out_and_judge(
             got, errors = gathered
             lost.dead.update(error.device_a for error in errors)
             with phases("judge"):
-                tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
                 policy = policies[unit.policy]
-                rules = Rules(unit.dtype, limits, tolerance, user_set, policy.bounded_outputs(), scores=head_name(policy))
+                rules = unit_rules(config, unit, policy)
                 checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
                 rows = [
                     check_row(
@@ -368,6 +406,7 @@ def _fan_out_and_judge(
                 if isinstance(unit.work, BatchWork):
                     localize_failures(placement, watch, policy, unit, rows, rules, layers)
                     localize_overflow(placement, watch, policy, unit, rows, overflows)
+                    localize_nonfinite(placement, watch, policy, unit, rows, nonfinite)
             with phases("write"):
                 writer.stage_unit(unit.unit_id, rows, episodes)
             if isinstance(unit.work, EpisodeWork):
