@@ -79,7 +79,8 @@ def cluster_address(address: str | None) -> str | None:
 
 def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     """Join `address` (or RAY_ADDRESS); else start a private local Ray, declaring `cards`
-    cards where `kind` has none of its own (simulated cards). Returns the address used."""
+    cards where `kind` has none of its own (simulated cards). Returns the joined cluster's
+    dashboard (host:port, as ray.init's context says it), or "" where it runs none."""
     address = cluster_address(address)
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
     for logger in accelerator(kind).quiet_loggers:
@@ -87,12 +88,12 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     if address:
         probe_address(address)
         try:
-            ray.init(address=address, **quiet)
+            context = ray.init(address=address, **quiet)
         except AuthenticationError:
             raise UsageError(token_refusal(address)) from None
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(join_refusal(address, exc)) from None
-        return address
+        return str(context.dashboard_url or "")
     # "local" always starts a new cluster: a ray_current_cluster file left by a killed head
     # would otherwise make ray.init() join a cluster that is gone.
     resources = accelerator(kind).local_ray_resources(cards)
@@ -100,7 +101,7 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
         ray.init(address="local", resources=resources, include_dashboard=False, **quiet)
     except Exception as exc:  # Ray raises bare Exception, OSError, RuntimeError, ... for a start that failed
         raise InfrastructureError(f"Ray did not start: {first_line(exc)}") from exc
-    return "local"
+    return ""  # started without a dashboard
 
 
 def probe_address(address: str, timeout_s: float = 5.0) -> None:

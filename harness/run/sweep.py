@@ -39,7 +39,6 @@ from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_
 from harness.run.phases import Phases
 from harness.run.options import SweepConfig, validate
 from harness.run.place import Placement, cluster_address, describe_actors, place_sweep
-from harness.run.ray_internals import dashboard_url
 from harness.run.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
@@ -119,7 +118,8 @@ def _sweep(
     phases: Phases,
 ) -> SweepOutcome:
     """From Ray's start to the summary; `run_row` is written once the actors are up."""
-    with ray_cluster(config.address, kind, config.cards, phases) as n_cards:
+    with ray_cluster(config.address, kind, config.cards, phases) as joined:
+        n_cards = joined.n_cards
         check_memory(estimate(config, policies, n_cards), config.max_memory_gib)
         refuse_absent_cards(faults, n_cards, cards_source(config))
         with phases("actors"):
@@ -158,7 +158,8 @@ def _sweep(
             lost = [str(loss) for loss in exc.losses]
             summary |= {"done_units": len(writer.done_units()), "events": watch.events, "lost": lost}
             writer.end(finish_run_row(run_row, INCOMPLETE, summary, phases))
-            return _incomplete(config, writer, phases, [*watch.events, *(f"LOST {line}" for line in lost)], n_units)
+            notes = [*watch.events, *(f"LOST {line}" for line in lost)]
+            return _incomplete(config, writer, phases, notes, n_units, joined.dashboard)
 
     with phases("write"):
         checks, episodes = writer.staged()
@@ -184,14 +185,17 @@ def _sweep(
     return SweepOutcome(writer.run_id, passed, status, table_dir(writer.results, "checks", writer.run_id), phases, reference_s)
 
 
-def _incomplete(config: SweepConfig, writer: RunWriter, phases: Phases, notes: list[str], units: int) -> SweepOutcome:
+def _incomplete(
+    config: SweepConfig, writer: RunWriter, phases: Phases, notes: list[str], units: int, dashboard: str
+) -> SweepOutcome:
     """The run ended early: what it finished stays staged for `--resume`; the summary shows it,
-    says what was lost, and the outcome carries the options that finish the run."""
+    says what was lost, and the outcome carries the options that finish the run and the
+    cluster's dashboard (where a job's resume is submitted)."""
     checks, _ = writer.staged()
     run_id = writer.run_id
     print_summary(checks, run_id, INCOMPLETE, sys.stdout, notes=notes, units_done=(len(writer.done_units()), units))
     said_at_the_end(run_id, config.results, phases)
-    return SweepOutcome(run_id, False, INCOMPLETE, writer.staging, phases, {}, resume_args(config, run_id), dashboard_url())
+    return SweepOutcome(run_id, False, INCOMPLETE, writer.staging, phases, {}, resume_args(config, run_id), dashboard)
 
 
 def _stopped(
