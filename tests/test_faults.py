@@ -15,14 +15,15 @@ from harness.inference.fault_specs import Fault, parse_faults
 from harness.inference.faults import strike
 from harness.report.summary import print_summary
 from harness.run.gather import HANG_MULTIPLE, Share, Watch, shares_of
-from harness.run.place import Placement, join_refusal, token_refusal
+from harness.run.place import Placed, Placement, join_refusal, token_refusal
 from harness.store.schema import SCHEMAS
+from tests.builders import described
 
 
 def _watch(cards: int, hang_timeout_s: float) -> Watch:
-    placement = Placement(group=None, cards=[object() for _ in range(cards)], reference=object(), resource="NPU")
-    described = [{"node_id": f"node{i}", "label": f"sim-cpu{i}"} for i in range(cards)] + [{"node_id": "n", "label": "cpu"}]
-    return Watch(placement, described, hang_timeout_s)
+    placed = [Placed(object(), described(f"sim-cpu{i}", f"node{i}")) for i in range(cards)]
+    placement = Placement(group=None, cards=placed, reference=Placed(object(), described("cpu", "n")), resource="NPU")
+    return Watch(placement, hang_timeout_s)
 
 
 def test_a_units_deadline_is_a_multiple_of_what_the_others_took_over_it_never_less_than_the_floor() -> None:

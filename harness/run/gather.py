@@ -34,6 +34,7 @@ import ray
 from ray.util.placement_group import placement_group_table
 
 from harness.errors import first_line
+from harness.inference.runner import Described
 from harness.judge.verdicts import Check, error_check
 from harness.outputs import Produced
 from harness.run import place, ray_internals
@@ -137,16 +138,15 @@ def node_alive(node_id: str) -> bool:
 class Watch:
     """Waits for a sweep's results while watching its actors (cards, then the CPU reference)."""
 
-    def __init__(self, placement: Placement, described: list[dict[str, object]], hang_timeout_s: float) -> None:
-        """`described`: each actor's description as placed, the cards (labelled) then the reference."""
+    def __init__(self, placement: Placement, hang_timeout_s: float) -> None:
         self.group = placement.group
         self.hang_timeout_s = hang_timeout_s
         self.reference = len(placement.cards)  # its lane, as its bundle, comes after the cards'
         now = time.monotonic()
         roles = [f"card{i}" for i in range(len(placement.cards))] + [REFERENCE_ROLE]
         self.lanes = [
-            Lane(role, actor, str(d["node_id"]), {str(d["node_id"]): str(d["label"])}, str(d["label"]), now)
-            for role, actor, d in zip(roles, [*placement.cards, placement.reference], described, strict=True)
+            Lane(role, placed.actor, placed.described.node_id, {placed.described.node_id: placed.label}, placed.label, now)
+            for role, placed in zip(roles, placement.actors, strict=True)
         ]
         self.took: defaultdict[str, dict[int, float]] = defaultdict(dict)  # unit id -> lane -> seconds
         self.longest = 0.0
@@ -221,13 +221,14 @@ class Watch:
 
     def replacements(self) -> list[dict[str, object]]:
         """Each actor that Ray restarted on another node, described as it is now (the card, or the
-        CPU, that replaced the one before), with the labels it replaces."""
+        CPU, that replaced the one before), with the labels it replaces, as `runs.devices` holds it."""
         moved = [(i, lane) for i, lane in enumerate(self.lanes) if len(lane.labels) > 1]
         asked = [self.follow(i, [lane.actor.describe()], "its description")[0] for i, lane in moved]
         replaced = self.replaced()
+        described: list[Described] = self.get(asked)
         return [
-            description | {"label": lane.label, "replaces": replaced[lane.label]}
-            for description, (_, lane) in zip(self.get(asked), moved, strict=True)
+            d.relabelled(lane.label).record() | {"replaces": replaced[lane.label]}
+            for d, (_, lane) in zip(described, moved, strict=True)
         ]
 
     def check(self) -> None:

@@ -53,11 +53,11 @@ def localize_failures(
             continue
         what = f"the layer search of {unit.policy} {unit.dtype} {unit.workload}"
         position = watch.lane_of(label)
-        card = watch.follow(position, [placement.cards[position].capture(unit.policy, dtype, obs)], what)
+        card = watch.follow(position, [placement.cards[position].actor.capture(unit.policy, dtype, obs)], what)
         if kind == CheckKind.CROSS_CARD:
-            others = watch.follow(0, [placement.cards[0].capture(unit.policy, dtype, obs)], what)
+            others = watch.follow(0, [placement.cards[0].actor.capture(unit.policy, dtype, obs)], what)
         else:
-            asked = [placement.reference.capture(unit.policy, d, obs) for d in (unit.dtype, GOLDEN_DTYPE)]
+            asked = [placement.reference.actor.capture(unit.policy, d, obs) for d in (unit.dtype, GOLDEN_DTYPE)]
             others = watch.follow(watch.reference, asked, what)
         try:
             mine, *theirs = watch.get([*card, *others])
@@ -87,7 +87,7 @@ def localize_overflow(
     key = (unit.policy, unit.dtype)
     if key not in found:
         what = f"the overflow search of {unit.policy} {unit.dtype} {unit.workload}"
-        asked = [placement.reference.capture(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN_DTYPE)]
+        asked = [placement.reference.actor.capture(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN_DTYPE)]
         try:
             acts, golden = watch.get(watch.follow(watch.reference, asked, what))
         except ray.exceptions.RayError as exc:

@@ -109,7 +109,7 @@ def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -
             status="running",
             accelerator=kind,
             n_cards=len(cards),
-            devices=[c.description for c in cards],
+            devices=[c.described.record() for c in cards],
             config_json=config.to_json(),
             policies=policies,
             command=command,
