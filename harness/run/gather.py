@@ -6,7 +6,10 @@ again where the cluster has room, and their actors restart there. The driver end
 a bound and naming what was lost (`RunIncomplete`), where Ray cannot recover:
 
 - a bundle of a lost node not placed again within PLACEMENT_TIMEOUT_S (no spare card or CPU);
-- an actor not back within PLACEMENT_TIMEOUT_S of going away (killed, restarting, moved);
+- an actor not back, once it went away (killed, restarting, moved), within the longer of
+  PLACEMENT_TIMEOUT_S and RESTART_MARGIN times what the sweep's actors took to start: a restart
+  starts a process, imports torch and loads the policies again (a CUDA build of torch on a busy
+  2-core machine: over 40 s);
 - an actor that hangs twice: no result within its deadline (below), the second time after the
   driver killed it and Ray restarted it;
 - the CPU reference failing for good: nothing is judged without it.
@@ -48,6 +51,7 @@ HANG_MULTIPLE = 10.0
 POLL_S = 0.2
 PLACEMENT_POLL_S = 1.0
 REFERENCE_ROLE = "the CPU reference"
+RESTART_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class Lane:
     placed: bool = True  # False while its bundle has no node (its node died)
     away: str = ""  # why it is gone, while Ray restarts it
     back_by: float = 0.0  # while away: when it must be back
+    bound_s: float = 0.0  # while away: the seconds it was given
 
     @property
     def name(self) -> str:
@@ -138,9 +143,11 @@ def node_alive(node_id: str) -> bool:
 class Watch:
     """Waits for a sweep's results while watching its actors (cards, then the CPU reference)."""
 
-    def __init__(self, placement: Placement, hang_timeout_s: float) -> None:
+    def __init__(self, placement: Placement, hang_timeout_s: float, started_s: float = 0.0) -> None:
+        """`started_s`: how long the actors took to start, which bounds a restart's wait."""
         self.group = placement.group
         self.hang_timeout_s = hang_timeout_s
+        self.started_s = started_s
         self.reference = len(placement.cards)  # its lane, as its bundle, comes after the cards'
         now = time.monotonic()
         roles = [f"card{i}" for i in range(len(placement.cards))] + [REFERENCE_ROLE]
@@ -270,10 +277,13 @@ class Watch:
             node = bundles.get(index) or ""
             if not node and lane.placed:
                 lane.placed = False
-                self._leave(lane, now, f"its {node_name(lane.node_id)} is gone, and no other node took its place")
+                why = f"its {node_name(lane.node_id)} is gone, and no other node took its place"
+                self._leave(lane, now, why, place.PLACEMENT_TIMEOUT_S)
             elif node and node != lane.node_id:
                 lane.node_id, lane.placed = node, True
-                self._leave(lane, now, f"restarted on {node_name(node)} after its node was lost, and not up there")
+                self._leave(
+                    lane, now, f"restarted on {node_name(node)} after its node was lost, and not up there", self.restart_s()
+                )
 
     def _check(self, index: int, lane: Lane, now: float) -> Loss | None:
         if not lane.shares:
@@ -287,13 +297,13 @@ class Watch:
         if state is None:
             return None
         if state.state != "ALIVE" or state.restarts > lane.restarts:  # it died and Ray restarts it: no hang
-            self._leave(lane, now, "restarting after its process died, and not back")
+            self._leave(lane, now, "restarting after its process died, and not back", self.restart_s())
             return self._check_away(lane, now)
         lane.hung += 1
         if lane.hung > 1:
             return Loss(lane.name, f"hung again after its restart (no result within {deadline:.3g} s)", lane.running())
         ray.kill(lane.actor.handle, no_restart=False)
-        self._leave(lane, now, f"killed after it hung (no result within {deadline:.3g} s), and not back")
+        self._leave(lane, now, f"killed after it hung (no result within {deadline:.3g} s), and not back", self.restart_s())
         self.events.append(f"{lane.name} hung on {lane.shares[0].what} (no result within {deadline:.3g} s): restarted")
         return None
 
@@ -304,11 +314,15 @@ class Watch:
         elif state is not None and state.state == "ALIVE" and state.restarts > lane.restarts and lane.placed:
             lane.away, lane.since, lane.restarts = "", now, state.restarts
         elif now > lane.back_by:
-            return Loss(lane.name, f"{lane.away} within {place.PLACEMENT_TIMEOUT_S:.0f} s", lane.running())
+            return Loss(lane.name, f"{lane.away} within {lane.bound_s:.0f} s", lane.running())
         return None
 
-    def _leave(self, lane: Lane, now: float, why: str) -> None:
-        lane.away, lane.back_by = why, now + place.PLACEMENT_TIMEOUT_S
+    def restart_s(self) -> float:
+        """How long an actor that restarts may take to be back: as long as a placement, or twice its first start."""
+        return max(place.PLACEMENT_TIMEOUT_S, RESTART_MARGIN * self.started_s)
+
+    def _leave(self, lane: Lane, now: float, why: str, bound_s: float) -> None:
+        lane.away, lane.back_by, lane.bound_s = why, now + bound_s, bound_s
 
 
 def shares_of(job: Submitted, reference: int) -> dict[int, list[Any]]:

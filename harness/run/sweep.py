@@ -137,7 +137,7 @@ def _sweep(
             _add_staged(closed, writer, [u for u in units if u.unit_id in done])
         run_row.n_cards, run_row.devices = n_cards, json.dumps(devices)
         writer.begin(run_row)
-        watch = Watch(placement, config.hang_timeout)
+        watch = Watch(placement, config.hang_timeout, phases["actors"])
         n_units, n_resumed = len(units), len(units) - len(todo)
         summary: dict[str, object] = {"units": n_units, "resumed_units": n_resumed}
         dropped = Lost()
