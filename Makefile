@@ -19,8 +19,8 @@ SUPPORTED_TORCH_NPU := 2.6.0.post5 2.7.1.post2 2.8.0.post2 2.9.0 2.13.0
 CI_TORCH := 2.6.0 2.9.0
 TORCH ?=
 # The oldest Ray of the range pyproject.toml declares; the newest is the one `make venv` installs.
-# CI's torch 2.9.0 venv holds it (`make test-matrix`): its quick tests, the `ray_versions` tests
-# and its sweep run on the oldest Ray at no cost of a venv of their own.
+# CI's torch 2.9.0 venv holds it (`make test-matrix`): its quick tests, the `ray_versions` and
+# `ray_recovery` tests and its sweep run on the oldest Ray at no cost of a venv of their own.
 CI_RAY := 2.40.0
 RAY_2.9.0 := $(CI_RAY)
 NPU_SOURCES := .cache/torch-npu
@@ -78,14 +78,15 @@ test-torch:
 # sweep). CI runs the quick part beside `make test` at the lowest priority, the rest after it.
 MATRIX_PART ?= all
 test-torch-%: .venv-torch-%/.installed
-	scripts/test_torch.sh .venv-torch-$* $(MATRIX_PART) $(ARGS)
+	$(if $(RAY_$*),OTHER_RAY=1 )scripts/test_torch.sh .venv-torch-$* $(MATRIX_PART) $(ARGS)
 
 # CI's torches two at a time (installs and tests), each one's output printed together when it ends.
 test-matrix:
 	$(MAKE) -j2 --output-sync=target $(addprefix test-torch-,$(CI_TORCH))
 
 # The quick tests, and the end-to-end tests marked `ray_versions` (a join refused for its
-# versions, through the GCS probe) with another Ray of the range:
+# versions, through the GCS probe) and `ray_recovery` (a lost node, a crashing or hanging card)
+# with another Ray of the range:
 # `make test-ray RAY=2.40.0`. A job submitted to a cluster runs on the Ray its owners installed.
 test-ray:
 	@test -n "$(RAY)" || { echo "usage: make test-ray RAY=2.40.0 (CI runs $(CI_RAY))"; exit 2; }
@@ -93,7 +94,7 @@ test-ray:
 
 test-ray-%: .venv-ray-%/.installed
 	.venv-ray-$*/bin/python -c "import ray, sys; sys.exit(0 if ray.__version__ == '$*' else f'Ray {ray.__version__}, not $*')"
-	.venv-ray-$*/bin/python -m pytest -q -p no:cacheprovider -m "not slow or ray_versions" $(ARGS)
+	.venv-ray-$*/bin/python -m pytest -q -p no:cacheprovider -m "not slow or ray_versions or ray_recovery" $(ARGS)
 
 # Every torch_npu name the harness uses, against the Python sources of every supported wheel
 # (downloaded once into $(NPU_SOURCES), unpacked, never imported).

@@ -23,7 +23,7 @@ from harness.envs.spec import EnvSpec
 from harness.inference.fault_specs import Fault
 from harness.inference.faults import inject
 from harness.inference.forward import forward_outputs, outputs_to_numpy, to_device
-from harness.inference.runner import Runner
+from harness.inference.runner import Described, Runner
 from harness.inference.timing import (
     WARMUP_S,
     ClosedLoop,
@@ -70,11 +70,9 @@ class BenchActor:
         self._warm.add(warm_key)
         return first
 
-    def describe(self) -> dict[str, object]:
-        return describe_runner(self.runner) | {
-            "holds_host_memory": self.holds_host_memory,
-            "faults": [f"{f} (timed path only)" for f in self.faults],
-        }
+    def describe(self) -> Described:
+        faults = tuple(f"{f} (timed path only)" for f in self.faults)
+        return replace(describe_runner(self.runner), holds_host_memory=self.holds_host_memory, faults=faults)
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
         """The sweep's path, one round trip's worth of work: for the driver's end-to-end clock,

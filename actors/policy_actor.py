@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TypeVar
@@ -13,7 +14,7 @@ from harness.devices import Kind, open_card, ray_card_id
 from harness.envs.spec import EnvSpec
 from harness.inference.fault_specs import Fault
 from harness.inference.faults import inject, strike
-from harness.inference.runner import Runner
+from harness.inference.runner import Described, Runner
 from harness.outputs import EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec
 
@@ -37,8 +38,8 @@ class PolicyActor:
         card = open_card(kind, ray_card_id(kind, position), precision)
         self.runner = Runner(card, policies, threads, prepare=partial(inject, faults=faults))
 
-    def describe(self) -> dict[str, object]:
-        return describe_runner(self.runner) | {"position": self.position, "faults": [str(f) for f in self.faults]}
+    def describe(self) -> Described:
+        return replace(describe_runner(self.runner), position=self.position, faults=tuple(map(str, self.faults)))
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
         strike(self.faults, self.fault_marker)
@@ -57,9 +58,9 @@ class PolicyActor:
         return self.runner.export(key, dtype, obs, noise)
 
 
-def describe_runner(runner: Runner) -> dict[str, object]:
+def describe_runner(runner: Runner) -> Described:
     """What an actor reports about itself: its device, threads, the bytes it loaded, its node."""
-    return runner.device.as_dict() | {"threads": runner.threads, "policies": runner.loaded(), "node_id": node_id()}
+    return runner.described(node_id())
 
 
 def produced(runner: Runner, value: T) -> Produced[T]:

@@ -11,7 +11,7 @@ import numpy as np
 from actors.policy_actor import describe_runner, produced
 from harness.devices import cpu_reference
 from harness.envs.spec import EnvSpec
-from harness.inference.runner import Runner
+from harness.inference.runner import Described, Runner
 from harness.outputs import EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec
 from harness.policies.onnx_any import OnnxReference, onnx_reference
@@ -24,7 +24,7 @@ class ReferenceActor:
         # Seconds spent per dtype: what the golden and the same-dtype runs cost a sweep.
         self._seconds: dict[str, float] = defaultdict(float)
 
-    def describe(self) -> dict[str, object]:
+    def describe(self) -> Described:
         return describe_runner(self.runner)
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:

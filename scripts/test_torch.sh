@@ -4,10 +4,12 @@
 # among them) and those marked ray_versions (the venv may hold another Ray of the range: Makefile
 # RAY_<torch>), then one small sweep on 2 simulated cards, whose recorded precision settings are
 # printed.
-# Usage: scripts/test_torch.sh VENV [all|quick|ray] [pytest args...]
+# Usage: [OTHER_RAY=1] scripts/test_torch.sh VENV [all|quick|ray] [pytest args...]
 #   quick  the quick tests alone: no Ray starts, so CI runs them at the lowest priority beside
 #          `make test`, in the CPU its Ray tests leave idle
-#   ray    the tests marked ray_versions and the sweep
+#   ray    the tests marked ray_versions and the sweep; where the venv holds another Ray than the
+#          main venv's (OTHER_RAY=1: the oldest of the range), also those marked ray_recovery: a
+#          lost node and a resumed run, a card that crashes or hangs and is restarted
 set -euo pipefail
 venv=$1 part=${2:-all}
 shift $(($# < 2 ? $# : 2))
@@ -24,7 +26,7 @@ if [ "$part" != ray ]; then
     $(printf -- '--ignore=tests/test_%s.py ' "${same_in_every_venv[@]}") "$@" || [ $? = 5 ] # 5: ARGS chose none here
 fi
 [ "$part" = quick ] && exit 0
-"$py" -m pytest -q -p no:cacheprovider -m ray_versions "$@" || [ $? = 5 ]
+"$py" -m pytest -q -p no:cacheprovider -m "ray_versions${OTHER_RAY:+ or ray_recovery}" "$@" || [ $? = 5 ]
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 "$venv/bin/harness" sweep --policy cartpole --dtypes float32,bfloat16 --batch-sizes 1,8 --episodes 1 --no-progress \

@@ -35,6 +35,8 @@ import yaml
 from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
+from harness.devices import Device
+from harness.inference.runner import Described
 from harness.policies.export_onnx import export_onnx
 from harness.policies.mlagents import BODY, HEAD, PROCESSORS
 from harness.policies.mlagents_pt import load_mlagents_pt
@@ -465,3 +467,9 @@ def bench_row(**changes: object) -> BenchRow:
         detail="",
     )
     return BenchRow(**(base | changes))
+
+
+def described(label: str, node_id: str = "node0", settings: dict[str, object] | None = None) -> Described:
+    """What a simulated card's actor on one thread says of itself, as the driver receives it."""
+    device = Device("cpu", 0, "cpu", "test CPU", True, "host", settings=settings or {}, label=label)
+    return Described(device, threads=1, policies={}, node_id=node_id)

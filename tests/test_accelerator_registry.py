@@ -104,13 +104,14 @@ def test_the_card_actor_opens_and_describes_it_and_the_run_labels_its_float32(to
     """PolicyActor in this process (a Ray worker would build it from the same arguments)."""
     actor = PolicyActor(toy, 0, [PolicySpec("cartpole")], 1, "device-default", [], f"{tmp_path}/crash")
     described = actor.describe()
-    assert (described["kind"], described["label"], described["model"], described["simulated"]) == (
+    card = described.device
+    assert (card.kind, card.label, card.model, card.simulated) == (
         "toy",
         "toy0",
         "Toy Card 1",
         False,
     )
-    assert described["settings"] == {
+    assert card.settings == {
         "precision": "device-default",
         "set": {},
         "toy.allow_low_precision": True,
@@ -120,7 +121,7 @@ def test_the_card_actor_opens_and_describes_it_and_the_run_labels_its_float32(to
 
     strict = PolicyActor(toy, 1, [PolicySpec("cartpole")], 1, "strict", [], f"{tmp_path}/crash")
     described = strict.describe()
-    assert described["settings"]["set"] == {"toy.allow_low_precision": False}  # type: ignore[index]
+    assert described.device.settings["set"] == {"toy.allow_low_precision": False}
     assert dtype_labels(["float32"], [described]) == {"float32": "float32"}
     batch = make_batch(load_policy("cartpole").info, "normal", 8, seed=0)
     toy_out = strict.run_batch("cartpole", "float32", batch.obs, batch.noise).value

@@ -36,8 +36,9 @@ from harness.run.bench.server import Trial, find_max_rate
 from harness.run.bench.throughput import Round, round_schedule, scaling_measurements
 from harness.run.bench.windows import Windows, kept_windows, repeat_windows
 from harness.run.bench.work import Work
-from harness.run.place import BenchCard
+from harness.run.place import BenchCard, Placed
 from harness.workloads import make_batch, poisson_arrivals
+from tests.builders import described
 
 WINDOWS = Windows(count=6, seconds=0.1, min_iterations=5, max_spread=0.25)
 
@@ -259,7 +260,7 @@ def test_latency_row_pools_kept_windows_and_brackets_the_median_of_their_p50s() 
 
 
 def _card(label: str) -> BenchCard:
-    return BenchCard(label, None, {"simulated": True, "threads": 1, "label": label})
+    return Placed(None, described(label))
 
 
 def _rounds(one: list[float], two: list[float], shares: float = 1.0) -> list[Round]:

@@ -313,7 +313,7 @@ def test_each_option_s_choices_and_bounds_are_declared_once_and_hold_for_flags_a
     """The flag, the TOML key and --help all read a field's choices and bounds from its metadata."""
     import dataclasses
 
-    from harness.run.options import meta_of
+    from harness.run.option_fields import meta_of
 
     checked = 0
     for config_type, command in ((SweepConfig, "sweep"), (BenchConfig, "bench")):

@@ -16,7 +16,8 @@ from harness.policies import load_policy
 from harness.run.clients import PolicyClient, ReferenceClient
 from harness.run.dispatch import Role, SharedRefs, submit
 from harness.run.options import SweepConfig
-from harness.run.place import Placement
+from harness.run.place import Placed, Placement
+from tests.builders import described
 from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, plan_inputs, plan_units
 from tests.helpers import REPO
 
@@ -44,8 +45,9 @@ class _Actor:
 def _placement(cards: int) -> tuple[Placement, Counter[tuple[Any, ...]]]:
     calls: Counter[tuple[Any, ...]] = Counter()
     # The stand-ins are the handles; the calls go through the real clients.
-    actors = [PolicyClient(_Actor(calls, f"card{i}")) for i in range(cards)]
-    return Placement(group=None, cards=actors, reference=ReferenceClient(_Actor(calls, "reference")), resource="NPU"), calls
+    actors = [Placed(PolicyClient(_Actor(calls, f"card{i}")), described(f"sim-cpu{i}")) for i in range(cards)]
+    reference = Placed(ReferenceClient(_Actor(calls, "reference")), described("cpu"))
+    return Placement(group=None, cards=actors, reference=reference, resource="NPU"), calls
 
 
 def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_released() -> None:

@@ -14,15 +14,16 @@ import pytest
 from harness.inference.fault_specs import Fault, parse_faults
 from harness.inference.faults import strike
 from harness.report.summary import print_summary
-from harness.run.gather import HANG_MULTIPLE, Share, Watch, shares_of
-from harness.run.place import Placement, join_refusal, token_refusal
+from harness.run.gather import HANG_MULTIPLE, RESTART_MARGIN, Share, Watch, shares_of
+from harness.run.place import Placed, Placement, join_refusal, token_refusal
 from harness.store.schema import SCHEMAS
+from tests.builders import described
 
 
-def _watch(cards: int, hang_timeout_s: float) -> Watch:
-    placement = Placement(group=None, cards=[object() for _ in range(cards)], reference=object(), resource="NPU")
-    described = [{"node_id": f"node{i}", "label": f"sim-cpu{i}"} for i in range(cards)] + [{"node_id": "n", "label": "cpu"}]
-    return Watch(placement, described, hang_timeout_s)
+def _watch(cards: int, hang_timeout_s: float, started_s: float = 0.0) -> Watch:
+    placed = [Placed(object(), described(f"sim-cpu{i}", f"node{i}")) for i in range(cards)]
+    placement = Placement(group=None, cards=placed, reference=Placed(object(), described("cpu", "n")), resource="NPU")
+    return Watch(placement, hang_timeout_s, started_s)
 
 
 def test_a_units_deadline_is_a_multiple_of_what_the_others_took_over_it_never_less_than_the_floor() -> None:
@@ -38,6 +39,14 @@ def test_a_units_deadline_is_a_multiple_of_what_the_others_took_over_it_never_le
     watch.longest = 1.5
     later = Share("cartpole float32 episodes-deterministic-4x-s0-lockstep", "u2", [])
     assert watch.deadline_s(0, later) == pytest.approx(HANG_MULTIPLE * 1.5), "none finished it: the longest share so far"
+
+
+def test_a_restarted_actor_is_given_twice_its_first_start_and_never_less_than_a_placement() -> None:
+    from harness.run.place import PLACEMENT_TIMEOUT_S
+
+    assert _watch(cards=1, hang_timeout_s=5.0, started_s=3.0).restart_s() == PLACEMENT_TIMEOUT_S
+    # Actors that took 44 s to start (a CUDA torch on a busy machine) are not lost at 30 s when one restarts.
+    assert _watch(cards=1, hang_timeout_s=5.0, started_s=44.0).restart_s() == pytest.approx(RESTART_MARGIN * 44.0)
 
 
 def test_the_reference_comes_after_the_cards_and_each_card_is_asked_its_run_and_its_whole_batch() -> None:

@@ -292,6 +292,7 @@ def test_a_sweep_says_what_it_starts_which_environment_it_played_and_where_the_t
     assert set(json.loads(run["summary"])["timings_s"]) >= {"ray_s", "actors_s", "compute_s", "judge_s", "write_s"}
 
 
+@pytest.mark.ray_recovery
 def test_a_card_that_crashes_or_hangs_once_is_restarted_and_one_that_keeps_dying_is_recorded(
     ray_head: Head, tmp_path: Path
 ) -> None:

@@ -292,9 +292,12 @@ def test_an_actor_that_loaded_other_bytes_is_refused(cartpole) -> None:
     from harness.errors import UsageError
     from harness.run.place import refuse_other_bytes
 
-    mine = {"label": "sim-cpu0", "node": "a", "policies": {"cartpole": cartpole.info.sha256}}
+    from tests.builders import described
+
+    mine = replace(described("sim-cpu0"), policies={"cartpole": cartpole.info.sha256})
     refuse_other_bytes([mine], {"cartpole": cartpole})
-    theirs = {"label": "sim-cpu1", "node": "b", "policies": {"cartpole": "0" * 64}}
+    card = replace(described("sim-cpu1").device, node="b")
+    theirs = replace(described("sim-cpu1"), device=card, policies={"cartpole": "0" * 64})
     with pytest.raises(UsageError, match="sim-cpu1 on b loaded other policy bytes than the driver"):
         refuse_other_bytes([mine, theirs], {"cartpole": cartpole})
 

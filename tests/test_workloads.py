@@ -10,6 +10,7 @@ from harness.run.options import SweepConfig
 from harness.run.plan import plan_batches, plan_inputs, plan_units
 from harness.policies import load_policy
 from harness.workloads import batch_sha256, make_batch
+from tests.builders import described
 
 
 def test_same_seed_same_bytes_other_seed_other_bytes() -> None:
@@ -73,10 +74,10 @@ def test_float32_on_cards_that_reduce_their_matmuls_is_labelled_so() -> None:
     from harness.errors import UsageError
     from harness.run.sweep import dtype_labels
 
-    strict = {"label": "cuda0", "settings": {"torch.backends.cuda.matmul.fp32_precision": "ieee"}}
-    tf32 = {"label": "cuda1", "settings": {"torch.backends.cuda.matmul.fp32_precision": "tf32"}}
-    hf32 = {"label": "npu0", "settings": {"torch_npu.npu.matmul.allow_hf32": True}}
-    assert dtype_labels(["float32", "float16"], [strict, dict(strict, label="cuda2")]) == {
+    strict = described("cuda0", settings={"torch.backends.cuda.matmul.fp32_precision": "ieee"})
+    tf32 = described("cuda1", settings={"torch.backends.cuda.matmul.fp32_precision": "tf32"})
+    hf32 = described("npu0", settings={"torch_npu.npu.matmul.allow_hf32": True})
+    assert dtype_labels(["float32", "float16"], [strict, strict.relabelled("cuda2")]) == {
         "float32": "float32",
         "float16": "float16",
     }

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.run.options import BenchConfig, add_arguments
+from harness.run.option_fields import add_arguments
+from harness.run.options import BenchConfig
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

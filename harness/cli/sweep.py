@@ -6,7 +6,8 @@ import argparse
 import shlex
 import sys
 
-from harness.run.options import SweepConfig, add_arguments
+from harness.run.option_fields import add_arguments
+from harness.run.options import SweepConfig
 
 EPILOG = (
     "exit: 0 every gating check passed, 1 a gating check failed, 2 bad usage, config or input, 3 incomplete: a card "

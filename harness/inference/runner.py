@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -17,6 +18,36 @@ from harness.inference.torchscript import traced_bytes
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import PolicySpec, load_policy
 from harness.policies.base import PolicyNet, cast_policy
+
+
+@dataclass(frozen=True)
+class Described:
+    """What an actor says of itself, across Ray to the driver: the card it drives, its threads,
+    the bytes it loaded (policy -> sha256), its Ray node; and where its kind of actor has them,
+    its place among the cards (a sweep's), whether it keeps freed host memory (a bench's) and
+    the faults injected into it. Recorded in `runs.devices` (`record`)."""
+
+    device: Device
+    threads: int
+    policies: dict[str, str]
+    node_id: str
+    position: int | None = None
+    holds_host_memory: bool | None = None
+    faults: tuple[str, ...] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.device.label
+
+    def relabelled(self, label: str) -> Described:
+        return replace(self, device=replace(self.device, label=label))
+
+    def record(self) -> dict[str, object]:
+        """As `runs.devices` holds it: the device's fields, then the actor's, those its kind lacks left out."""
+        own = {"threads": self.threads, "policies": self.policies, "node_id": self.node_id}
+        extra = {"position": self.position, "holds_host_memory": self.holds_host_memory, "faults": self.faults}
+        kept = {k: list(v) if isinstance(v, tuple) else v for k, v in extra.items() if v is not None}
+        return self.device.as_dict() | own | kept
 
 
 class Runner:
@@ -46,6 +77,10 @@ class Runner:
 
     def loaded(self) -> dict[str, str]:
         return {name: p.info.sha256 for name, p in self.float32.items()}
+
+    def described(self, node_id: str) -> Described:
+        """What the actor holding this runner on Ray node `node_id` says of itself, before what its kind adds."""
+        return Described(self.device, self.threads, self.loaded(), node_id)
 
     def policy(self, key: str, dtype: str) -> PolicyNet:
         if (key, dtype) not in self._ready:

@@ -12,6 +12,7 @@ import ray
 from ray import ObjectRef
 
 from harness.envs.spec import EnvSpec
+from harness.inference.runner import Described
 from harness.inference.timing import ClosedLoop, LatencyRun, Throughput
 from harness.outputs import EpisodeOutput, Outputs, Produced
 
@@ -23,7 +24,7 @@ class ActorClient:
 
     handle: ray.actor.ActorHandle
 
-    def describe(self) -> ObjectRef[dict[str, object]]:
+    def describe(self) -> ObjectRef[Described]:
         return self.handle.describe.remote()
 
 

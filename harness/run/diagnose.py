@@ -28,7 +28,7 @@ from harness.run.gather import Watch
 from harness.run.lifecycle import ray_cluster
 from harness.run.options import SweepConfig, validate
 from harness.run.phases import Phases
-from harness.run.place import Placement, describe_actors, place_sweep
+from harness.run.place import Placement, place_sweep
 from harness.run.plan import Inputs, load_policies, plan_inputs, plan_units
 from harness.run.precision_plan import KeptLayers, Plan, Step, write_plan
 from harness.run.sweep import judge_units
@@ -136,12 +136,20 @@ def _search_all(step: SweepConfig, folder: Path, todo: list[Failing]) -> list[Ke
     specs, policies = load_policies(step)
     inputs = {key: plan_inputs(step, policy) for key, policy in policies.items()}
     phases = Phases()
-    with ray_cluster(step.address, kind, step.cards, phases) as n_cards:
-        placement = place_sweep(
-            kind, n_cards, step.placement, specs, step.threads, step.precision, step.faults, folder / "faults"
-        )
-        cards, reference = describe_actors(placement, policies)
-        watch = Watch(placement, [*cards, reference], step.hang_timeout)
+    with ray_cluster(step.address, kind, step.cards, phases) as joined:
+        with phases("actors"):
+            placement = place_sweep(
+                kind,
+                joined.n_cards,
+                step.placement,
+                specs,
+                step.threads,
+                step.precision,
+                step.faults,
+                folder / "faults",
+                policies,
+            )
+        watch = Watch(placement, step.hang_timeout, phases["actors"])
         return [_search(step, placement, watch, policies, inputs, failed, phases) for failed in todo]
 
 

@@ -106,8 +106,8 @@ class Gathered:
 
 def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submitted:
     """Send `unit` to every card and to the CPU reference; with `shared` None, reuse nothing."""
-    work, dtype, cards = unit.work, base_dtype(unit.dtype), placement.cards
-    reference = placement.reference
+    work, dtype, cards = unit.work, base_dtype(unit.dtype), [card.actor for card in placement.cards]
+    reference = placement.reference.actor
     job = Submitted(unit, [], {})
 
     def once(key: Hashable, make: Callable[[], T]) -> T:

@@ -6,7 +6,10 @@ again where the cluster has room, and their actors restart there. The driver end
 a bound and naming what was lost (`RunIncomplete`), where Ray cannot recover:
 
 - a bundle of a lost node not placed again within PLACEMENT_TIMEOUT_S (no spare card or CPU);
-- an actor not back within PLACEMENT_TIMEOUT_S of going away (killed, restarting, moved);
+- an actor not back, once it went away (killed, restarting, moved), within the longer of
+  PLACEMENT_TIMEOUT_S and RESTART_MARGIN times what the sweep's actors took to start: a restart
+  starts a process, imports torch and loads the policies again (a CUDA build of torch on a busy
+  2-core machine: over 40 s);
 - an actor that hangs twice: no result within its deadline (below), the second time after the
   driver killed it and Ray restarted it;
 - the CPU reference failing for good: nothing is judged without it.
@@ -34,6 +37,7 @@ import ray
 from ray.util.placement_group import placement_group_table
 
 from harness.errors import first_line
+from harness.inference.runner import Described
 from harness.judge.verdicts import Check, error_check
 from harness.outputs import Produced
 from harness.run import place, ray_internals
@@ -47,6 +51,7 @@ HANG_MULTIPLE = 10.0
 POLL_S = 0.2
 PLACEMENT_POLL_S = 1.0
 REFERENCE_ROLE = "the CPU reference"
+RESTART_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,7 @@ class Lane:
     placed: bool = True  # False while its bundle has no node (its node died)
     away: str = ""  # why it is gone, while Ray restarts it
     back_by: float = 0.0  # while away: when it must be back
+    bound_s: float = 0.0  # while away: the seconds it was given
 
     @property
     def name(self) -> str:
@@ -137,16 +143,17 @@ def node_alive(node_id: str) -> bool:
 class Watch:
     """Waits for a sweep's results while watching its actors (cards, then the CPU reference)."""
 
-    def __init__(self, placement: Placement, described: list[dict[str, object]], hang_timeout_s: float) -> None:
-        """`described`: each actor's description as placed, the cards (labelled) then the reference."""
+    def __init__(self, placement: Placement, hang_timeout_s: float, started_s: float = 0.0) -> None:
+        """`started_s`: how long the actors took to start, which bounds a restart's wait."""
         self.group = placement.group
         self.hang_timeout_s = hang_timeout_s
+        self.started_s = started_s
         self.reference = len(placement.cards)  # its lane, as its bundle, comes after the cards'
         now = time.monotonic()
         roles = [f"card{i}" for i in range(len(placement.cards))] + [REFERENCE_ROLE]
         self.lanes = [
-            Lane(role, actor, str(d["node_id"]), {str(d["node_id"]): str(d["label"])}, str(d["label"]), now)
-            for role, actor, d in zip(roles, [*placement.cards, placement.reference], described, strict=True)
+            Lane(role, placed.actor, placed.described.node_id, {placed.described.node_id: placed.label}, placed.label, now)
+            for role, placed in zip(roles, placement.actors, strict=True)
         ]
         self.took: defaultdict[str, dict[int, float]] = defaultdict(dict)  # unit id -> lane -> seconds
         self.longest = 0.0
@@ -221,13 +228,14 @@ class Watch:
 
     def replacements(self) -> list[dict[str, object]]:
         """Each actor that Ray restarted on another node, described as it is now (the card, or the
-        CPU, that replaced the one before), with the labels it replaces."""
+        CPU, that replaced the one before), with the labels it replaces, as `runs.devices` holds it."""
         moved = [(i, lane) for i, lane in enumerate(self.lanes) if len(lane.labels) > 1]
         asked = [self.follow(i, [lane.actor.describe()], "its description")[0] for i, lane in moved]
         replaced = self.replaced()
+        described: list[Described] = self.get(asked)
         return [
-            description | {"label": lane.label, "replaces": replaced[lane.label]}
-            for description, (_, lane) in zip(self.get(asked), moved, strict=True)
+            d.relabelled(lane.label).record() | {"replaces": replaced[lane.label]}
+            for d, (_, lane) in zip(described, moved, strict=True)
         ]
 
     def check(self) -> None:
@@ -269,10 +277,13 @@ class Watch:
             node = bundles.get(index) or ""
             if not node and lane.placed:
                 lane.placed = False
-                self._leave(lane, now, f"its {node_name(lane.node_id)} is gone, and no other node took its place")
+                why = f"its {node_name(lane.node_id)} is gone, and no other node took its place"
+                self._leave(lane, now, why, place.PLACEMENT_TIMEOUT_S)
             elif node and node != lane.node_id:
                 lane.node_id, lane.placed = node, True
-                self._leave(lane, now, f"restarted on {node_name(node)} after its node was lost, and not up there")
+                self._leave(
+                    lane, now, f"restarted on {node_name(node)} after its node was lost, and not up there", self.restart_s()
+                )
 
     def _check(self, index: int, lane: Lane, now: float) -> Loss | None:
         if not lane.shares:
@@ -286,13 +297,13 @@ class Watch:
         if state is None:
             return None
         if state.state != "ALIVE" or state.restarts > lane.restarts:  # it died and Ray restarts it: no hang
-            self._leave(lane, now, "restarting after its process died, and not back")
+            self._leave(lane, now, "restarting after its process died, and not back", self.restart_s())
             return self._check_away(lane, now)
         lane.hung += 1
         if lane.hung > 1:
             return Loss(lane.name, f"hung again after its restart (no result within {deadline:.3g} s)", lane.running())
         ray.kill(lane.actor.handle, no_restart=False)
-        self._leave(lane, now, f"killed after it hung (no result within {deadline:.3g} s), and not back")
+        self._leave(lane, now, f"killed after it hung (no result within {deadline:.3g} s), and not back", self.restart_s())
         self.events.append(f"{lane.name} hung on {lane.shares[0].what} (no result within {deadline:.3g} s): restarted")
         return None
 
@@ -303,11 +314,15 @@ class Watch:
         elif state is not None and state.state == "ALIVE" and state.restarts > lane.restarts and lane.placed:
             lane.away, lane.since, lane.restarts = "", now, state.restarts
         elif now > lane.back_by:
-            return Loss(lane.name, f"{lane.away} within {place.PLACEMENT_TIMEOUT_S:.0f} s", lane.running())
+            return Loss(lane.name, f"{lane.away} within {lane.bound_s:.0f} s", lane.running())
         return None
 
-    def _leave(self, lane: Lane, now: float, why: str) -> None:
-        lane.away, lane.back_by = why, now + place.PLACEMENT_TIMEOUT_S
+    def restart_s(self) -> float:
+        """How long an actor that restarts may take to be back: as long as a placement, or twice its first start."""
+        return max(place.PLACEMENT_TIMEOUT_S, RESTART_MARGIN * self.started_s)
+
+    def _leave(self, lane: Lane, now: float, why: str, bound_s: float) -> None:
+        lane.away, lane.back_by, lane.bound_s = why, now + bound_s, bound_s
 
 
 def shares_of(job: Submitted, reference: int) -> dict[int, list[Any]]:

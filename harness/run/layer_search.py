@@ -57,11 +57,11 @@ def localize_failures(
             continue
         what = f"the layer search of {unit.policy} {unit.dtype} {unit.workload}"
         position = watch.lane_of(label)
-        card = watch.follow(position, [placement.cards[position].capture(unit.policy, dtype, obs)], what)
+        card = watch.follow(position, [placement.cards[position].actor.capture(unit.policy, dtype, obs)], what)
         if kind == CheckKind.CROSS_CARD:
-            others = watch.follow(0, [placement.cards[0].capture(unit.policy, dtype, obs)], what)
+            others = watch.follow(0, [placement.cards[0].actor.capture(unit.policy, dtype, obs)], what)
         else:
-            asked = [placement.reference.capture(unit.policy, d, obs) for d in (unit.dtype, GOLDEN_DTYPE)]
+            asked = [placement.reference.actor.capture(unit.policy, d, obs) for d in (unit.dtype, GOLDEN_DTYPE)]
             others = watch.follow(watch.reference, asked, what)
         try:
             mine, *theirs = watch.get([*card, *others])
@@ -91,7 +91,7 @@ def localize_overflow(
     key = (unit.policy, unit.dtype)
     if key not in found:
         what = f"the overflow search of {unit.policy} {unit.dtype} {unit.workload}"
-        asked = [placement.reference.capture(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN_DTYPE)]
+        asked = [placement.reference.actor.capture(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN_DTYPE)]
         try:
             acts, golden = watch.get(watch.follow(watch.reference, asked, what))
         except ray.exceptions.RayError as exc:
@@ -124,9 +124,11 @@ def localize_nonfinite(
         what = f"the first-NaN search of {unit.policy} {unit.dtype} {unit.workload}"
         position = watch.lane_of(row.device_a)
         card = watch.follow(
-            position, [placement.cards[position].capture(unit.policy, base_dtype(unit.dtype), work.batch.obs)], what
+            position, [placement.cards[position].actor.capture(unit.policy, base_dtype(unit.dtype), work.batch.obs)], what
         )
-        gold = watch.follow(watch.reference, [placement.reference.capture(unit.policy, GOLDEN_DTYPE, work.batch.obs)], what)
+        gold = watch.follow(
+            watch.reference, [placement.reference.actor.capture(unit.policy, GOLDEN_DTYPE, work.batch.obs)], what
+        )
         try:
             acts, golden = watch.get([*card, *gold])
         except ray.exceptions.RayError as exc:

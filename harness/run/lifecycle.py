@@ -9,6 +9,7 @@ import json
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray
@@ -36,11 +37,20 @@ def claim_run_id(results: Path, run_id: str | None, resume: bool = False, comman
     return Claim.take(results, run_id or new_run_id(), resume, now(), command)
 
 
+@dataclass(frozen=True)
+class Joined:
+    """The cluster a run joined (or started): how many cards the run gets, and its dashboard."""
+
+    n_cards: int
+    dashboard: str  # host:port, where a job's resume is submitted; "" where the cluster runs none
+
+
 @contextmanager
-def ray_cluster(address: str | None, kind: Kind, cards: int | None, phases: Phases) -> Iterator[int]:
+def ray_cluster(address: str | None, kind: Kind, cards: int | None, phases: Phases) -> Iterator[Joined]:
     """Join `address` (or start a private local Ray) for the length of the run, saying so, the
     joining timed as "ray" and the shutdown as "shutdown"; yields how many cards the run gets
-    (`cards`, or all the cluster has). Ray that does not start is an InfrastructureError."""
+    (`cards`, or all the cluster has) and the dashboard. Ray that does not start is an
+    InfrastructureError."""
     # What the run is doing, said as it happens, on stdout (the bar and errors are stderr's).
     joined = cluster_address(address)
     if joined:
@@ -50,11 +60,11 @@ def ray_cluster(address: str | None, kind: Kind, cards: int | None, phases: Phas
         print(f"starting Ray: a private local cluster{f' with {local}' if local else ''}", flush=True)
     try:
         with phases("ray"):
-            connect(address, kind, cards)
+            dashboard = connect(address, kind, cards)
             n_cards = card_count(kind, cards)
         print(f"Ray up in {phases['ray']:.1f} s: {describe_cluster()}", flush=True)
         with sigterm_interrupts():  # again: ray.init set its own handler, which exits at once
-            yield n_cards
+            yield Joined(n_cards, dashboard)
     finally:
         with phases("shutdown"):
             ray.shutdown()

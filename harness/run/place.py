@@ -16,6 +16,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -27,6 +28,7 @@ from actors.reference_actor import ReferenceActor
 from harness.devices import Kind, accelerator
 from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.fault_specs import Fault, env_vars
+from harness.inference.runner import Described
 from harness.policies import PolicyNet, PolicySpec
 from harness.run.clients import ActorClient, BenchClient, PolicyClient, ReferenceClient
 from harness.run.ray_internals import AuthenticationError, ask_gcs
@@ -43,33 +45,49 @@ RETRY_WHILE_RESTARTABLE = -1
 BASE_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
 
 
-@dataclass
-class Placement:
-    """A sweep's actors: one per card, in card order, and the CPU reference."""
-
-    group: PlacementGroup
-    cards: list[PolicyClient]
-    reference: ReferenceClient
-    resource: str
+C = TypeVar("C", bound=ActorClient, covariant=True)
 
 
 @dataclass(frozen=True)
-class BenchCard:
-    """A bench's card: its label in result rows, its actor, and what the actor said of its card."""
+class Placed(Generic[C]):
+    """An actor placed on its card (the CPU reference: on a CPU), up: its client, and what it
+    said of itself, its label the one it has in result rows."""
 
-    label: str
-    actor: BenchClient
-    description: dict[str, object]
+    actor: C
+    described: Described
+
+    @property
+    def label(self) -> str:
+        return self.described.label
 
     @property
     def simulated(self) -> bool:
-        return bool(self.description.get("simulated"))
+        return self.described.device.simulated
 
     @property
     def one_core(self) -> bool:
         """A simulated card on one torch thread wants exactly one core: less in a window is starvation.
         (With more threads, what a card can use depends on what its kernels parallelize.)"""
-        return self.simulated and self.description.get("threads") == 1
+        return self.simulated and self.described.threads == 1
+
+
+BenchCard = Placed[BenchClient]
+"""A bench's card."""
+
+
+@dataclass
+class Placement:
+    """A sweep's actors, up: one per card, in card order, and the CPU reference."""
+
+    group: PlacementGroup
+    cards: list[Placed[PolicyClient]]
+    reference: Placed[ReferenceClient]
+    resource: str
+
+    @property
+    def actors(self) -> list[Placed[ActorClient]]:
+        """The cards in card order, then the reference: as the driver watches them and `runs.devices` lists them."""
+        return [*self.cards, self.reference]
 
 
 def cluster_address(address: str | None) -> str | None:
@@ -79,7 +97,8 @@ def cluster_address(address: str | None) -> str | None:
 
 def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     """Join `address` (or RAY_ADDRESS); else start a private local Ray, declaring `cards`
-    cards where `kind` has none of its own (simulated cards). Returns the address used."""
+    cards where `kind` has none of its own (simulated cards). Returns the joined cluster's
+    dashboard (host:port, as ray.init's context says it), or "" where it runs none."""
     address = cluster_address(address)
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
     for logger in accelerator(kind).quiet_loggers:
@@ -87,12 +106,12 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
     if address:
         probe_address(address)
         try:
-            ray.init(address=address, **quiet)
+            context = ray.init(address=address, **quiet)
         except AuthenticationError:
             raise UsageError(token_refusal(address)) from None
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UsageError(join_refusal(address, exc)) from None
-        return address
+        return str(context.dashboard_url or "")
     # "local" always starts a new cluster: a ray_current_cluster file left by a killed head
     # would otherwise make ray.init() join a cluster that is gone.
     resources = accelerator(kind).local_ray_resources(cards)
@@ -100,7 +119,7 @@ def connect(address: str | None, kind: Kind, cards: int | None) -> str:
         ray.init(address="local", resources=resources, include_dashboard=False, **quiet)
     except Exception as exc:  # Ray raises bare Exception, OSError, RuntimeError, ... for a start that failed
         raise InfrastructureError(f"Ray did not start: {first_line(exc)}") from exc
-    return "local"
+    return ""  # started without a dashboard
 
 
 def probe_address(address: str, timeout_s: float = 5.0) -> None:
@@ -203,7 +222,9 @@ def reserve(kind: Kind, n_cards: int, strategy: str, cpu_bundle: bool) -> Placem
     resource = accelerator(kind).ray_resource
     bundles = [{resource: 1.0} for _ in range(n_cards)] + ([{"CPU": 1.0}] if cpu_bundle else [])
     group = placement_group(bundles, strategy=strategy)
-    if not ray.wait([group.ready()], timeout=PLACEMENT_TIMEOUT_S)[0]:
+    # Asked of the GCS: Ray 2.40's `ready()` runs a task in the group, so it also waits for a
+    # worker process to start on a bundle's node (a node just added has none), seconds on a busy machine.
+    if not group.wait(PLACEMENT_TIMEOUT_S):
         remove_placement_group(group)
         what = f"{n_cards} {resource} card(s)" + (" and 1 CPU" if cpu_bundle else "")
         raise UsageError(f"could not place {what} ({strategy}) within {PLACEMENT_TIMEOUT_S:.0f} s; {describe_cluster()}")
@@ -234,9 +255,11 @@ def place_sweep(
     precision: str,
     faults: list[Fault],
     marker_dir: Path,
+    loaded: dict[str, PolicyNet],
 ) -> Placement:
     """A PolicyActor per card, each with its own faults (their marker files in `marker_dir`), and
-    the CPU ReferenceActor, in the bundle after the cards'."""
+    the CPU ReferenceActor, in the bundle after the cards', once each is up with the driver's
+    bytes (`loaded`): an actor that loaded others is a UsageError."""
     group = reserve(kind, n_cards, strategy, cpu_bundle=True)
     cards = []
     for position in range(n_cards):
@@ -255,7 +278,10 @@ def place_sweep(
         )
         .remote(policies, threads)
     )
-    return Placement(group, cards, reference, accelerator(kind).ray_resource)
+    *described, described_reference = wait_described([*cards, reference])
+    refuse_other_bytes([*described, described_reference], loaded)
+    placed = [Placed(card, d) for card, d in zip(cards, unique_labels(described), strict=True)]
+    return Placement(group, placed, Placed(reference, described_reference), accelerator(kind).ray_resource)
 
 
 def place_bench(
@@ -280,52 +306,44 @@ def place_bench(
     ]
     descriptions = wait_described(actors)
     refuse_other_bytes(descriptions, policies)
-    return [BenchCard(str(d["label"]), a, d) for d, a in zip(unique_labels(descriptions), actors, strict=True)]
+    return [Placed(a, d) for d, a in zip(unique_labels(descriptions), actors, strict=True)]
 
 
-def wait_described(actors: Sequence[ActorClient]) -> list[dict[str, object]]:
+def wait_described(actors: Sequence[ActorClient]) -> list[Described]:
     """Wait for actors to start, saying each as it comes up (`actors 2/3 up: sim-cpu1 on HOST`);
     one that cannot open its card is a UsageError with its reason."""
     asked = [a.describe() for a in actors]
-    described: dict[int, dict[str, object]] = {}
+    described: dict[int, Described] = {}
     pending = list(asked)
     try:
         while pending:
             [ready], pending = ray.wait(pending, num_returns=1)
-            description = ray.get(ready)
+            description: Described = ray.get(ready)
             described[asked.index(ready)] = description
-            print(f"actors {len(described)}/{len(asked)} up: {description['label']} on {description['node']}", flush=True)
+            print(f"actors {len(described)}/{len(asked)} up: {description.label} on {description.device.node}", flush=True)
     except ray.exceptions.RayActorError as exc:
         cause = str(getattr(exc, "cause", None) or exc).strip()
         raise UsageError(f"a card actor failed to start: {cause.splitlines()[-1] if cause else type(exc).__name__}") from None
     return [described[i] for i in range(len(asked))]
 
 
-def describe_actors(placement: Placement, policies: dict[str, PolicyNet]) -> tuple[list[dict[str, object]], dict[str, object]]:
-    """Every actor's description, each card with a label of its own; an actor that loaded other
-    bytes than the driver is a UsageError."""
-    *cards, reference = wait_described([*placement.cards, placement.reference])
-    refuse_other_bytes([*cards, reference], policies)
-    return unique_labels(cards), reference
-
-
-def unique_labels(cards: list[dict[str, object]]) -> list[dict[str, object]]:
+def unique_labels(cards: list[Described]) -> list[Described]:
     """A card's label is its id on its node (`npu3`); cards on several nodes can share one, and
     two cards under one label would never be compared with each other. Where labels repeat, each
     is qualified with its node (`npu3@5f2c1a`, the start of Ray's node id)."""
-    labels = [str(c["label"]) for c in cards]
+    labels = [c.label for c in cards]
     if len(set(labels)) == len(labels):
         return cards
-    return [c | {"label": f"{c['label']}@{str(c['node_id'])[:6]}"} for c in cards]
+    return [c.relabelled(f"{c.label}@{c.node_id[:6]}") for c in cards]
 
 
-def refuse_other_bytes(descriptions: list[dict[str, object]], policies: dict[str, PolicyNet]) -> None:
+def refuse_other_bytes(descriptions: list[Described], policies: dict[str, PolicyNet]) -> None:
     """Every actor must have loaded the driver's bytes: a node with another file at the same
     path would otherwise be compared as if it ran the same policy."""
     expected = {name: p.info.sha256 for name, p in policies.items()}
     for actor in descriptions:
-        if actor["policies"] != expected:
+        if actor.policies != expected:
             raise UsageError(
-                f"{actor['label']} on {actor['node']} loaded other policy bytes than the driver: {actor['policies']} "
+                f"{actor.label} on {actor.device.node} loaded other policy bytes than the driver: {actor.policies} "
                 f"vs {expected}"
             )

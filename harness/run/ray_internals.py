@@ -12,8 +12,6 @@ anywhere else.
   will send, so that a token the cluster refuses fails in seconds, named; ray.init retries for
   20 s and more, then names neither. Ray has no public call that reaches a GCS without joining.
   Ray 2.40 keeps `init_grpc_channel` in `ray._private.utils` (later in `ray._private.grpc_utils`).
-- `dashboard_url`: the joined cluster's dashboard. Public only as the return value of ray.init,
-  which the run's lifecycle does not carry to where a sweep stops early.
 - `ray_address_file`: where `ray start --head` writes the address a plain ray.init joins (tests).
   Ray moved `get_ray_address_file` from `ray._private.utils` to `ray._common.utils` after 2.40.
 - `validate_cluster_config`: what `ray up` checks of a cluster YAML first (tests); Ray validates
@@ -53,11 +51,6 @@ def ask_gcs(address: str, timeout_s: float) -> None:
     with init_grpc_channel(address) as channel:
         stub = gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel)
         stub.GetClusterId(gcs_service_pb2.GetClusterIdRequest(), timeout=timeout_s)
-
-
-def dashboard_url() -> str:
-    """The joined cluster's dashboard (host:port), or "" where it runs none."""
-    return str(ray._private.worker.get_dashboard_url() or "")
 
 
 def ray_address_file() -> str:

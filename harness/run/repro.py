@@ -36,7 +36,7 @@ from harness.run.dispatch import Role, judge, submit
 from harness.run.gather import Watch, gather
 from harness.run.lifecycle import ray_cluster
 from harness.run.phases import Phases
-from harness.run.place import describe_actors, place_sweep
+from harness.run.place import place_sweep
 from harness.run.plan import BatchWork, Unit, load_policies, plan_inputs
 from harness.run.repro_script import weights_sha256
 from harness.run.sweep import unit_rules
@@ -99,19 +99,28 @@ def repro(results: Path, run_id: str, wanted: Wanted, address: str | None, copy_
     unit = Unit(row["unit_id"], row["policy"], row["dtype"], BatchWork(batch))
     folder = inside(results, results / "repro" / run_id / _slug(row))
     kind = resolve_accelerator(step.accelerator)
-    with ray_cluster(step.address, kind, step.cards, Phases()) as n_cards:
-        placement = place_sweep(
-            kind, n_cards, step.placement, specs, step.threads, step.precision, step.faults, folder / "faults"
-        )
-        cards, reference = describe_actors(placement, policies)
-        watch = Watch(placement, [*cards, reference], step.hang_timeout)
-        labels = [str(c["label"]) for c in cards]
+    phases = Phases()
+    with ray_cluster(step.address, kind, step.cards, phases) as joined:
+        with phases("actors"):
+            placement = place_sweep(
+                kind,
+                joined.n_cards,
+                step.placement,
+                specs,
+                step.threads,
+                step.precision,
+                step.faults,
+                folder / "faults",
+                policies,
+            )
+        watch = Watch(placement, step.hang_timeout, phases["actors"])
+        labels = [c.label for c in placement.cards]
         if row["device_a"] not in labels:
             raise UsageError(f"{run_id}: its card {row['device_a']} is not among this cluster's ({', '.join(labels)})")
         gathered = gather(watch.track(submit(placement, unit, None)), watch)
         position = watch.lane_of(row["device_a"])
         what = f"the repro of {unit.policy} {unit.dtype} {unit.workload}"
-        exported = placement.cards[position].export(unit.policy, base_dtype(unit.dtype), batch.obs, batch.noise)
+        exported = placement.cards[position].actor.export(unit.policy, base_dtype(unit.dtype), batch.obs, batch.noise)
         try:
             [model] = watch.get(watch.follow(position, [exported], what))
         except ray.exceptions.RayError as exc:
@@ -148,7 +157,11 @@ def repro(results: Path, run_id: str, wanted: Wanted, address: str | None, copy_
         "run_id": run_id,
         "check": {k: _plain(v) for k, v in row.items()},
         "rerun": {"passed": rerun.passed, "detail": rerun.result.detail},
-        "card": {**cards[position], "position": position, "faults": [str(f) for f in step.faults if f.applies_to(position)]},
+        "card": {
+            **placement.cards[position].described.record(),
+            "position": position,
+            "faults": [str(f) for f in step.faults if f.applies_to(position)],
+        },
         "dtype": {
             "label": row["dtype"],
             "computes_in": base_dtype(row["dtype"]),

@@ -27,6 +27,7 @@ from harness.dtypes import reduced_label
 from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.fault_specs import Fault, refuse_absent_cards
 from harness.inference.forward import head_name
+from harness.inference.runner import Described
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Rules, tolerance_of
 from harness.policies import PolicyNet, PolicySpec
@@ -41,8 +42,7 @@ from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_
 from harness.run.phases import Phases
 from harness.run.options import SweepConfig, validate
 from harness.run.precision_plan import check_plan
-from harness.run.place import Placement, cluster_address, describe_actors, place_sweep
-from harness.run.ray_internals import dashboard_url
+from harness.run.place import Placement, cluster_address, place_sweep
 from harness.run.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
 from harness.store.paths import STAGING, table_dir
@@ -123,23 +123,25 @@ def _sweep(
     phases: Phases,
 ) -> SweepOutcome:
     """From Ray's start to the summary; `run_row` is written once the actors are up."""
-    with ray_cluster(config.address, kind, config.cards, phases) as n_cards:
+    with ray_cluster(config.address, kind, config.cards, phases) as joined:
+        n_cards = joined.n_cards
         check_memory(estimate(config, policies, n_cards), config.max_memory_gib)
         refuse_absent_cards(faults, n_cards, cards_source(config))
         with phases("actors"):
+            marker_dir = writer.staging / "faults"
             placement = place_sweep(
-                kind, n_cards, config.placement, specs, config.threads, config.precision, faults, writer.staging / "faults"
+                kind, n_cards, config.placement, specs, config.threads, config.precision, faults, marker_dir, policies
             )
-            cards, reference = describe_actors(placement, policies)
+            devices = [placed.described.record() for placed in placement.actors]
         with phases("plan"):
-            units = plan_units(config, policies, inputs, dtype_labels(config.dtypes, cards))
+            units = plan_units(config, policies, inputs, dtype_labels(config.dtypes, [c.described for c in placement.cards]))
             done = writer.done_units()
             todo = [u for u in units if u.unit_id not in done]
             closed = ClosedLoop(config, policies)
             _add_staged(closed, writer, [u for u in units if u.unit_id in done])
-        run_row.n_cards, run_row.devices = n_cards, json.dumps([*cards, reference])
+        run_row.n_cards, run_row.devices = n_cards, json.dumps(devices)
         writer.begin(run_row)
-        watch = Watch(placement, [*cards, reference], config.hang_timeout)
+        watch = Watch(placement, config.hang_timeout, phases["actors"])
         n_units, n_resumed = len(units), len(units) - len(todo)
         summary: dict[str, object] = {"units": n_units, "resumed_units": n_resumed}
         dropped = Lost()
@@ -155,14 +157,15 @@ def _sweep(
             with phases("judge"):
                 _stage_verdicts(closed, writer, done)
             summary |= {"dead_cards": sorted(dropped.dead), "resent_units": dropped.resent, "closed_loop": closed.describe()}
-            asked = watch.follow(watch.reference, [placement.reference.compute_seconds()], "its compute times")
+            asked = watch.follow(watch.reference, [placement.reference.actor.compute_seconds()], "its compute times")
             [reference_s] = watch.get(asked)
             replacements = watch.replacements()
         except RunIncomplete as exc:
             lost = [str(loss) for loss in exc.losses]
             summary |= {"done_units": len(writer.done_units()), "events": watch.events, "lost": lost}
             writer.end(finish_run_row(run_row, INCOMPLETE, summary, phases))
-            return _incomplete(config, writer, phases, [*watch.events, *(f"LOST {line}" for line in lost)], n_units)
+            notes = [*watch.events, *(f"LOST {line}" for line in lost)]
+            return _incomplete(config, writer, phases, notes, n_units, joined.dashboard)
 
     with phases("write"):
         checks, episodes = writer.staged()
@@ -180,7 +183,7 @@ def _sweep(
             "replaced": watch.replaced(),
             "events": watch.events,
         }
-        run_row.devices = json.dumps([*cards, reference, *replacements])
+        run_row.devices = json.dumps([*devices, *replacements])
         writer.publish({"checks": checks, "episodes": episodes}, finish_run_row(run_row, status, summary, phases))
     notes = [*played, *watch.events, *([closed.describe()] if closed.auto else [])]
     print_summary(checks, writer.run_id, status, sys.stdout, unplayed, renames, notes)
@@ -188,14 +191,17 @@ def _sweep(
     return SweepOutcome(writer.run_id, passed, status, table_dir(writer.results, "checks", writer.run_id), phases, reference_s)
 
 
-def _incomplete(config: SweepConfig, writer: RunWriter, phases: Phases, notes: list[str], units: int) -> SweepOutcome:
+def _incomplete(
+    config: SweepConfig, writer: RunWriter, phases: Phases, notes: list[str], units: int, dashboard: str
+) -> SweepOutcome:
     """The run ended early: what it finished stays staged for `--resume`; the summary shows it,
-    says what was lost, and the outcome carries the options that finish the run."""
+    says what was lost, and the outcome carries the options that finish the run and the
+    cluster's dashboard (where a job's resume is submitted)."""
     checks, _ = writer.staged()
     run_id = writer.run_id
     print_summary(checks, run_id, INCOMPLETE, sys.stdout, notes=notes, units_done=(len(writer.done_units()), units))
     said_at_the_end(run_id, config.results, phases)
-    return SweepOutcome(run_id, False, INCOMPLETE, writer.staging, phases, {}, resume_args(config, run_id), dashboard_url())
+    return SweepOutcome(run_id, False, INCOMPLETE, writer.staging, phases, {}, resume_args(config, run_id), dashboard)
 
 
 def _stopped(
@@ -220,14 +226,14 @@ def resume_args(config: SweepConfig, run_id: str) -> list[str]:
     return ["--resume", run_id, "--results", config.results, *(["--address", config.address] if config.address else [])]
 
 
-def dtype_labels(dtypes: list[str], cards: list[dict[str, object]]) -> dict[str, str]:
+def dtype_labels(dtypes: list[str], cards: list[Described]) -> dict[str, str]:
     """Each asked dtype's label on these cards: float32 whose matmuls the cards reduce (TF32,
     HF32: recorded in their settings) is `float32-tf32` / `float32-hf32`, judged against a CPU
     that reduces them the same way. Cards that differ in that are refused: their float32 would
     not be one dtype."""
     from harness.devices import reduced_float32_matmul
 
-    modes = {str(c["label"]): reduced_float32_matmul(c.get("settings") or {}) for c in cards}
+    modes = {c.label: reduced_float32_matmul(c.device.settings) for c in cards}
     if len(set(modes.values())) > 1:
         raise UsageError(f"the cards run float32 matmuls in different modes ({modes}); use --precision strict")
     mode = next(iter(modes.values()), None)

@@ -109,7 +109,7 @@ def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -
             status="running",
             accelerator=kind,
             n_cards=len(cards),
-            devices=[c.description for c in cards],
+            devices=[c.described.record() for c in cards],
             config_json=config.to_json(),
             policies=policies,
             command=command,
@@ -154,10 +154,10 @@ def bench_cards(
     """Join or start Ray, place `cards` BenchActors (default: all the cluster has), and shut
     Ray down afterwards. The benchmarks use this too."""
     phases = phases or Phases()
-    with ray_cluster(address, kind, cards, phases) as n_cards:
-        refuse_absent_cards(faults or [], n_cards, "all the cluster has")
+    with ray_cluster(address, kind, cards, phases) as joined:
+        refuse_absent_cards(faults or [], joined.n_cards, "all the cluster has")
         with phases("actors"):
-            placed = place_bench(kind, n_cards, specs, policies, threads, precision, faults or [])
+            placed = place_bench(kind, joined.n_cards, specs, policies, threads, precision, faults or [])
         yield placed
 
 
