@@ -30,6 +30,8 @@ class EpisodeOutput:
     # may choose other actions at another size, so only equal batchings are compared.
     batching: str = "single"
     batch_size: int = 1
+    # A masked policy's actions that its environment's action_masks() did not allow at that step.
+    illegal: int = 0
 
     @property
     def actions_sha256(self) -> str:

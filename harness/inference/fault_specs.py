@@ -16,6 +16,7 @@ the kinds that take a size (`all:action-bias=0.2`):
                    or a discrete policy's first logit raised; a port that loses return
   noisy-sampler    the sampling noise scaled by 1 + SIZE (default 0.5): a stochastic policy that
                    explores more than it should; deterministic actions are untouched
+  ignore-masks     a masked policy's masks dropped: it chooses as if every action were legal
   mkl-avx2         the card's process runs with MKL_CBWR=AVX2 (another, honest, GEMM code path)
   crash-once       the card's process dies on its first unit; Ray restarts it and the unit is retried
   crash-always     the card's process dies on every unit: the sweep records it and fails
@@ -47,6 +48,7 @@ MODEL_KINDS = (
     "ulp-noise",
     "action-bias",
     "noisy-sampler",
+    "ignore-masks",
 )
 KINDS = (*MODEL_KINDS, "mkl-avx2", "crash-once", "crash-always", "hang-once", "hang")
 # The faults that act only on the computations of one dtype (the card's dtype, before its label).

@@ -31,3 +31,5 @@ class CheckKind(StrEnum):
     """The CPU float32's mean episode return against the score the policy's files state."""
     BENCH_AUDIT = "bench_audit"
     """A bench's timed path against the sweep's run_batch, same card, same input, bit for bit."""
+    MASKED_ACTIONS = "masked_actions"
+    """A masked policy's actions against the masks they were chosen under: none forbidden, on any card."""

@@ -15,13 +15,21 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from typing import Any, assert_never
 
-from harness.judge.compare import Comparison, DecisionComparison, EpisodeComparison, ToleranceComparison
+from harness.judge.compare import Comparison, DecisionComparison, EpisodeComparison, MaskComparison, ToleranceComparison
 from harness.judge.golden import GoldenComparison
 from harness.judge.kinds import CheckKind
 from harness.judge.returns import ReturnComparison
 from harness.registry import Registry
 
-Result = Comparison | ToleranceComparison | GoldenComparison | DecisionComparison | EpisodeComparison | ReturnComparison
+Result = (
+    Comparison
+    | ToleranceComparison
+    | GoldenComparison
+    | DecisionComparison
+    | EpisodeComparison
+    | ReturnComparison
+    | MaskComparison
+)
 ResultType = (
     type[Comparison]
     | type[ToleranceComparison]
@@ -29,6 +37,7 @@ ResultType = (
     | type[DecisionComparison]
     | type[EpisodeComparison]
     | type[ReturnComparison]
+    | type[MaskComparison]
 )
 
 # The order of the columns: each type adds the fields the ones before did not have; `detail` last.
@@ -39,6 +48,7 @@ _COLUMN_ORDER: tuple[ResultType, ...] = (
     DecisionComparison,
     EpisodeComparison,
     ReturnComparison,
+    MaskComparison,
 )
 
 
@@ -58,6 +68,8 @@ def result_types(kind: CheckKind) -> tuple[ResultType, ...]:
             return (ReturnComparison,)
         case CheckKind.TOLERANCE:
             return (ToleranceComparison,)
+        case CheckKind.MASKED_ACTIONS:
+            return (MaskComparison,)
         case CheckKind.ONNX_REFERENCE:
             # Floating outputs by the port rule; integer ones (actions) bit for bit.
             return (GoldenComparison, Comparison)

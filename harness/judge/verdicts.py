@@ -43,7 +43,9 @@ from harness.judge.compare import (
     Tolerance,
     compare_bitwise,
     compare_decisions,
+    compare_masks,
     compare_tolerance,
+    masked_in_episodes,
 )
 from harness.judge.golden import RatioLimits, compare_to_golden, row_errors
 from harness.judge.kinds import CheckKind
@@ -63,6 +65,9 @@ HONEST = "cpu-ulp-noise"
 # golden's margin between them is within twice that.
 FLIP_SCORES = 2.0
 PUBLISHED = "published"
+# The `device_b` of a masked_actions check: the batch's drawn masks, or the environment's action_masks().
+MASKS = "masks"
+ENV_MASKS = "env-masks"
 # Where neither a published score nor our episodes vary (CartPole's 500.00 +/- 0.00), our return
 # must be the published one as a model card prints it: to two decimals.
 PUBLISHED_ROUNDING = 0.005
@@ -104,6 +109,8 @@ class Rules:
     scores: str = "logits"
     """The discrete head's output, whose margins judge a flipped decision: a categorical
     policy's `logits`, a Q-network's `q_values`."""
+    masked: bool = False
+    """The policy chooses among the actions a mask allows: every card's actions are checked against it."""
 
 
 def tolerance_of(dtype: str, user: dict[str, Tolerance]) -> tuple[Tolerance, bool]:
@@ -156,14 +163,24 @@ def in_compute_dtype(a: np.ndarray, b: np.ndarray, dtype: str) -> tuple[np.ndarr
 
 
 def judge_batch(
-    rules: Rules, noise: np.ndarray, cards: dict[str, Outputs], golden: Outputs, cpu_same: Outputs, cpu_float32: Outputs
+    rules: Rules,
+    noise: np.ndarray,
+    cards: dict[str, Outputs],
+    golden: Outputs,
+    cpu_same: Outputs,
+    cpu_float32: Outputs,
+    masks: np.ndarray | None = None,
 ) -> list[Check]:
-    """Every card against card 0, the golden (port and decisions) and the CPU float32 (tolerance)."""
+    """Every card against card 0, the golden (port and decisions) and the CPU float32 (tolerance);
+    a masked policy's actions against the batch's `masks`."""
     checks = judge_cross_card(rules.dtype, cards)
     for label, outputs in cards.items():
         for output, gold in golden.items():
             if np.issubdtype(gold.dtype, np.integer):
                 checks.append(_decisions(rules, output, label, outputs[output], golden, cpu_same, noise))
+                if rules.masked and masks is not None:
+                    result = compare_masks(outputs[output], masks)
+                    checks.append(Check(output, CheckKind.MASKED_ACTIONS, label, MASKS, True, result))
                 continue
             port = compare_to_golden(outputs[output], cpu_same[output], gold, rules.dtype, rules.limits)
             checks.append(Check(output, CheckKind.CPU_REFERENCE, label, GOLDEN_DEVICE, True, port))
@@ -235,14 +252,18 @@ def first_divergent_step(a: np.ndarray, b: np.ndarray) -> int | None:
 
 
 def judge_episodes(
-    cards: dict[str, list[EpisodeOutput]], reference: list[EpisodeOutput], honest: list[EpisodeOutput]
+    cards: dict[str, list[EpisodeOutput]], reference: list[EpisodeOutput], honest: list[EpisodeOutput], masked: bool = False
 ) -> tuple[list[Check], dict[str, list[int | None]]]:
     """Trajectories and returns across cards, bit for bit; and the step where each episode parts
     from the CPU float32's (None: never), per card and for the CPU's replay under the honest-card
     model (`HONEST`). Returns are judged against the CPU's over every round of a mode, apart
-    (`judge_returns`)."""
+    (`judge_returns`). A masked policy's actions on every card, against its environment's masks."""
     labels = list(cards)
     checks: list[Check] = []
+    if masked:
+        for label, episodes in cards.items():
+            result = masked_in_episodes([e.illegal for e in episodes], [e.episode_seed for e in episodes])
+            checks.append(Check("actions", CheckKind.MASKED_ACTIONS, label, ENV_MASKS, True, result))
     for label in labels[1:]:
         checks.append(
             Check("actions", CheckKind.CROSS_CARD, label, labels[0], True, _trajectories(cards[label], cards[labels[0]]))

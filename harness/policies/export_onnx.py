@@ -185,8 +185,11 @@ def export_onnx(policy: PolicyNet, out: Path, opset: int = DEFAULT_OPSET) -> Non
     for a part this exporter does not write, named."""
     if opset not in OPSETS:
         raise UsageError(f"opset {opset} is not one this exporter writes ({OPSETS.start} to {OPSETS.stop - 1})")
-    b = _Builder(opset)
     info = policy.info
+    if info.memory is not None or info.masked:
+        what = "a recurrent policy (its LSTM state)" if info.memory is not None else "a masked policy (its action masks)"
+        raise UsageError(f"cannot export {what}: this exporter writes feed-forward policies only")
+    b = _Builder(opset)
     if _mlagents_layout(policy):
         inputs = [_tensor(f"obs_{i}", TensorProto.FLOAT, [BATCH, size]) for i, size in enumerate(info.obs_sizes)]
         outputs = _mlagents_outputs(b, policy, _network(b, policy, [i.name for i in inputs], "mu"))

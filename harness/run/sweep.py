@@ -352,7 +352,15 @@ def _fan_out_and_judge(
             with phases("judge"):
                 tolerance, user_set = tolerance_of(unit.dtype, user_tolerances)
                 policy = policies[unit.policy]
-                rules = Rules(unit.dtype, limits, tolerance, user_set, policy.bounded_outputs(), scores=head_name(policy))
+                rules = Rules(
+                    unit.dtype,
+                    limits,
+                    tolerance,
+                    user_set,
+                    policy.bounded_outputs(),
+                    scores=head_name(policy),
+                    masked=policy.info.masked,
+                )
                 checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
                 rows = [
                     check_row(
