@@ -25,8 +25,6 @@ FAR_SIGMAS = 1.0e4
 # Epsilon-greedy noise: the score added to a row's random action, beyond any Q-value a policy
 # computes, so argmax(q + noise) takes it; finite, so the judge's margins stay numbers.
 EXPLORE = 1.0e30
-# A recurrent policy's batch starts an episode at one row in this many, besides its first and middle.
-START_EVERY = 1024
 
 
 @dataclass(frozen=True)
@@ -93,18 +91,18 @@ def _step_input(info: PolicyInfo, name: str, size: int, rng: np.random.Generator
     """A batch's episode starts or action masks (`PolicyInfo.step_inputs`), drawn after the noise
     so that a policy without them gets the bytes it always got."""
     if name == EPISODE_START:
-        return episode_starts(size, rng)
+        return episode_starts(size)
     if name == ACTION_MASK:
         return action_masks(info.action_size, size, rng)
     raise ValueError(f"unknown step input {name!r}")
 
 
-def episode_starts(size: int, rng: np.random.Generator) -> np.ndarray:
-    """Where a recurrent policy's batch (one sequence) starts an episode: at its first row and its
-    middle one, so that a reset in mid-sequence is always checked, and else rarely (one row in
-    `START_EVERY`), so that the state's error is seen to grow over long stretches."""
-    starts = rng.uniform(0.0, 1.0, size) < 1.0 / START_EVERY
-    starts[[0, size // 2]] = True
+def episode_starts(size: int) -> np.ndarray:
+    """Where a recurrent policy's batch (one sequence) starts an episode: at its first row and at
+    the start of its last eighth, so that a reset in mid-sequence is always checked, and nowhere
+    else: the state's error is seen over the longest stretch the batch holds."""
+    starts = np.zeros(size, dtype=bool)
+    starts[[0, size - size // 8]] = True
     return starts
 
 

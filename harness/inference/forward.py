@@ -13,11 +13,8 @@ import numpy as np
 import torch
 
 from harness.devices import Device
-from harness.outputs import Outputs
+from harness.outputs import STATE_OUTPUTS, Outputs
 from harness.policies.base import ACTION_MASK, EPISODE_START, PolicyNet
-
-STATE_OUTPUTS = ("state_h", "state_c")
-"""A recurrent policy's (h, c) after each step of its batch: (rows, layers, hidden), float32."""
 
 
 def head_name(policy: PolicyNet) -> str:

@@ -40,7 +40,7 @@ from harness.judge.verdicts import (
 )
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import GOLDEN_DTYPE
-from harness.policies.base import ACTION_MASK
+from harness.policies.base import ACTION_MASK, EPISODE_START
 from harness.run.place import Placement
 from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
 from harness.store.schema import CheckRow, EpisodeRow
@@ -170,9 +170,9 @@ def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathere
     work, refs = unit.work, got.references
     match work:
         case BatchWork():
-            masks = work.batch.step_input(ACTION_MASK)
+            step_inputs = work.batch.step_input(ACTION_MASK), work.batch.step_input(EPISODE_START)
             return judge_batch(
-                rules, work.batch.noise, got.cards, refs[Role.GOLDEN], refs[Role.SAME], refs[Role.FLOAT32], masks
+                rules, work.batch.noise, got.cards, refs[Role.GOLDEN], refs[Role.SAME], refs[Role.FLOAT32], *step_inputs
             ), []
         case InvarianceWork():
             rows = {
