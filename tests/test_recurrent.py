@@ -166,3 +166,23 @@ def test_a_recurrent_export_is_refused_by_name(folder: Path, tmp_path: Path) -> 
 
     with pytest.raises(UsageError, match="cannot export a recurrent policy"):
         export_onnx(agent("mlp-shared", folder)[1], tmp_path / "r.onnx")
+
+
+def test_a_state_off_by_more_than_the_dtypes_error_fails_the_port_rule(folder: Path) -> None:
+    """The state is judged as any output: a card whose cell state drifts 0.1% fails cpu_reference
+    on it (gating), and the step windows report where."""
+    from harness.judge.golden import RatioLimits
+    from harness.judge.kinds import CheckKind
+    from harness.judge.verdicts import Rules, judge_batch, tolerance_of
+
+    _, policy = agent("mlp-two-layers", folder)
+    batch = make_batch(policy.info, "uniform", 48, 0)
+    golden = run_batch(cast_policy(policy, GOLDEN_DTYPE), DEVICE, batch.obs, batch.noise)
+    honest = run_batch(policy, DEVICE, batch.obs, batch.noise)
+    drifted = {**honest, "state_c": honest["state_c"] * np.float32(1.001)}
+    rules = Rules("float32", RatioLimits(), *tolerance_of("float32", {}), frozenset())
+    starts = batch.step_input(EPISODE_START)
+    checks = judge_batch(rules, batch.noise, {"card0": honest, "card1": drifted}, golden, honest, honest, None, starts)
+    port = {(c.device_a, c.output): c for c in checks if c.kind is CheckKind.CPU_REFERENCE}
+    assert port["card0", "state_c"].passed and not port["card1", "state_c"].passed and port["card1", "state_c"].gating
+    assert port["card1", "state_h"].passed and not port["card1", "state_c@11-100"].gating
