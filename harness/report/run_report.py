@@ -279,7 +279,8 @@ SELECT policy, dtype, device_a AS card, split_part(output, '@', 1) AS state, spl
 FROM checks
 WHERE run_id = $run_id AND kind = '{CheckKind.CPU_REFERENCE}' AND output LIKE 'state_%@%'
 GROUP BY policy, dtype, device_a, output
-ORDER BY policy, {dtype_order()}, device_a, split_part(output, '@', 1), try_cast(split_part(split_part(output, '@', 2), '-', 1) AS INTEGER)
+ORDER BY policy, {dtype_order()}, device_a, split_part(output, '@', 1),
+         try_cast(split_part(split_part(output, '@', 2), '-', 1) AS INTEGER)
 """
 
 CLOSED_LOOP_SQL = f"""
