@@ -13,6 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import onnxruntime
 import pytest
 from sb3_contrib import MaskablePPO
 
@@ -129,6 +130,21 @@ def test_an_environment_without_action_masks_is_refused(masked: tuple[MaskablePP
         check_env("CartPole-v1", info)
 
 
-def test_a_masked_export_is_refused_by_name(masked: tuple[MaskablePPO, PolicyNet], tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="cannot export a masked policy"):
-        export_onnx(masked[1], tmp_path / "m.onnx")
+def test_an_export_takes_the_masks_as_an_input(masked: tuple[MaskablePPO, PolicyNet], tmp_path: Path) -> None:
+    """The export's `action_mask` input puts the harness's masked logit where a row's mask
+    forbids: its logits and actions are the harness's float32 ones; with every action allowed,
+    the actions are others (the input is read)."""
+    _, policy = masked
+    path = tmp_path / "masked.onnx"
+    export_onnx(policy, path)
+    batch = make_batch(policy.info, "normal", 256, 3)
+    masks = batch.step_input(ACTION_MASK)
+    assert masks is not None
+    ours = run_batch(policy, DEVICE, batch.obs, batch.noise)
+    session = onnxruntime.InferenceSession(str(path))
+    assert [i.name for i in session.get_inputs()] == ["obs", "action_mask"]
+    logits, actions = session.run(None, {"obs": batch.obs[0], "action_mask": masks})
+    np.testing.assert_allclose(logits, ours["logits"], atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(actions, ours["action"])
+    _, unmasked = session.run(None, {"obs": batch.obs[0], "action_mask": np.ones_like(masks)})
+    assert not compare_masks(unmasked, masks).passed

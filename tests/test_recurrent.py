@@ -16,13 +16,14 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import onnxruntime
 import pytest
 import torch
 from sb3_contrib import RecurrentPPO
 
 from harness.devices import cpu_reference
 from harness.dtypes import GOLDEN_DTYPE
-from harness.errors import PolicyLoadError
+from harness.errors import PolicyLoadError, UsageError
 from harness.inference.episodes import run_episodes
 from harness.inference.forward import run_batch
 from harness.outputs import STATE_OUTPUTS
@@ -161,11 +162,67 @@ def test_lstm_options_it_does_not_read_are_refused_by_name(folder: Path) -> None
         load_sb3_zip(path)
 
 
-def test_a_recurrent_export_is_refused_by_name(folder: Path, tmp_path: Path) -> None:
-    from harness.errors import UsageError
+def onnx_sequence(path: Path, obs: tuple[np.ndarray, ...], starts: np.ndarray, names: list[str]) -> list[Any]:
+    """The export stepped over the rows of a batch, one at a time, its state fed back: the
+    outputs of each step."""
+    session = onnxruntime.InferenceSession(str(path))
+    layers_hidden = session.get_inputs()[len(names)].shape
+    state = [np.zeros((layers_hidden[0], 1, layers_hidden[2]), dtype=np.float32)] * 2
+    got = []
+    for t in range(len(starts)):
+        feed = {name: o[t : t + 1].astype(np.float32) for name, o in zip(names, obs, strict=True)}
+        feed |= {"state_h": state[0], "state_c": state[1], "episode_start": starts[t : t + 1].astype(np.float32)}
+        out = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed), strict=True))
+        state = [out["next_state_h"], out["next_state_c"]]
+        got.append(out)
+    return got
 
-    with pytest.raises(UsageError, match="cannot export a recurrent policy"):
-        export_onnx(agent("mlp-shared", folder)[1], tmp_path / "r.onnx")
+
+@pytest.mark.parametrize("name", ["mlp-two-layers", "cnn", "mlp-shared"])
+def test_an_export_steps_with_its_state_as_the_harness_does(name: str, folder: Path, tmp_path: Path) -> None:
+    """The export's state is explicit (state_h, state_c, episode_start in; next_state_h,
+    next_state_c out): stepped over a batch's sequence with its reset in mid-sequence, it gives
+    the harness's float32 outputs and state after every step; with the reset left out, it does not."""
+    _, policy = agent(name, folder)
+    path = tmp_path / f"{name}.onnx"
+    export_onnx(policy, path)
+    batch = make_batch(policy.info, "normal", 24, 5)
+    starts = batch.step_input(EPISODE_START)
+    assert starts is not None
+    names = [i.name for i in policy.info.inputs]
+    obs = batch.obs[: len(names)]
+    ours = run_batch(policy, DEVICE, batch.obs, batch.noise)
+    head = policy.head_output()
+    theirs = onnx_sequence(path, obs, starts, names)
+    scale = max(1.0, float(np.abs(ours[head]).max()))
+    for t, out in enumerate(theirs):
+        np.testing.assert_allclose(out[head][0], ours[head][t], atol=ATOL * scale, rtol=0, err_msg=str(t))
+        np.testing.assert_allclose(out["next_state_h"][:, 0], ours["state_h"][t], atol=ATOL, rtol=0, err_msg=str(t))
+        np.testing.assert_allclose(out["next_state_c"][:, 0], ours["state_c"][t], atol=ATOL, rtol=0, err_msg=str(t))
+        if policy.info.action_kind == "discrete":
+            assert out["deterministic_actions"][0] == ours["action"][t], t
+    # The reset is read: without it, the state after the restart is another one.
+    unreset = onnx_sequence(path, obs, np.eye(1, len(starts), dtype=bool)[0], names)
+    restart = int(np.flatnonzero(starts)[1])
+    assert not np.allclose(unreset[restart]["next_state_c"][:, 0], ours["state_c"][restart], atol=ATOL, rtol=0)
+    # Rows are independent: the whole batch at once, every row starting, is the harness's zero-state forward.
+    session = onnxruntime.InferenceSession(str(path))
+    layers, _, hidden = session.get_inputs()[len(names)].shape
+    zeros = np.zeros((layers, len(starts), hidden), dtype=np.float32)
+    feed = {n: o.astype(np.float32) for n, o in zip(names, obs, strict=True)}
+    feed |= {"state_h": zeros, "state_c": zeros, "episode_start": np.ones(len(starts), dtype=np.float32)}
+    at_once = session.run([head], feed)[0]
+    with torch.inference_mode():
+        expected = policy.latent_and_head(*(torch.from_numpy(o) for o in obs))[1].numpy()
+    np.testing.assert_allclose(at_once, expected, atol=ATOL * scale, rtol=0)
+
+
+def test_a_recurrent_policy_in_mlagents_layout_is_refused_by_name(folder: Path, tmp_path: Path) -> None:
+    _, policy = agent("mlp-shared", folder)
+    clipped = cast_policy(policy, "float32")
+    clipped.action_clip = 3.0
+    with pytest.raises(UsageError, match="cannot export a recurrent policy in ML-Agents' layout"):
+        export_onnx(clipped, tmp_path / "r.onnx")
 
 
 def test_a_state_off_by_more_than_the_dtypes_error_fails_the_port_rule(folder: Path) -> None:
