@@ -120,6 +120,16 @@ def refuse_absent_dtypes(faults: list[Fault], dtypes: list[str]) -> None:
             )
 
 
+def refuse_maskless(faults: list[Fault], any_masked: bool, policies: list[str]) -> None:
+    """UsageError for ignore-masks in a run none of whose policies (`policies`) takes action masks."""
+    for fault in faults:
+        if fault.kind == "ignore-masks" and not any_masked:
+            raise UsageError(
+                f"--inject-fault {fault}: no policy of the run takes action masks ({', '.join(policies)}); it acts only on "
+                "a masked policy (MaskablePPO), or the fault never strikes"
+            )
+
+
 def env_vars(faults: list[Fault]) -> dict[str, str]:
     """Variables the card's process must start with (MKL reads MKL_CBWR once, at load)."""
     return {"MKL_CBWR": "AVX2"} if any(f.kind == "mkl-avx2" for f in faults) else {}

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from harness.devices import Kind, resolve_accelerator
 from harness.dtypes import reduced_label
 from harness.errors import InfrastructureError, UsageError, first_line
-from harness.inference.fault_specs import Fault, refuse_absent_cards
+from harness.inference.fault_specs import Fault, refuse_absent_cards, refuse_maskless
 from harness.inference.forward import head_name
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Rules, tolerance_of
@@ -83,6 +83,7 @@ def _claimed(config: SweepConfig, command: str, held: ExitStack, phases: Phases)
         check_cards(config.cards, kind, cluster_address(config.address))
         refuse_absent_cards(faults, planned_cards(kind, config), cards_source(config))
         specs, policies = load_policies(config)
+        refuse_maskless(faults, any(p.info.masked for p in policies.values()), list(policies))
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
         writer = RunWriter(
