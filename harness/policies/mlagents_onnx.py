@@ -27,6 +27,12 @@ from harness.policies.onnx_model import GraphIndex, OnnxFile, read_model
 
 VERSIONS = (2, 3)  # ModelApiVersion.MLAgents1_0 and MLAgents2_0
 DETERMINISTIC = "deterministic_continuous_actions"
+# What an ML-Agents export may carry that this reader does not read (refused by name, `_unread`):
+# an LSTM's memory ([h | c] in `recurrent_in`/`recurrent_out`, `memory_size` wide) and discrete
+# action branches with their `action_masks`.
+RECURRENT_IN = "recurrent_in"
+ACTION_MASKS = "action_masks"
+DISCRETE_SHAPE = "discrete_action_output_shape"
 
 
 def load_mlagents_onnx(path: Path, onnx_file: OnnxFile | None = None) -> PolicyNet:
@@ -91,6 +97,7 @@ class _Graph(GraphIndex):
 
 def _read(graph: _Graph) -> tuple[int, MLAgentsWeights]:
     version = _version(graph)
+    _unread(graph)
     if DETERMINISTIC not in graph.outputs and "continuous_actions" not in graph.outputs:
         raise LayoutError(f"no continuous action output (outputs: {graph.outputs}); discrete ones are not supported")
     obs_sizes = _obs_sizes(graph)
@@ -112,13 +119,35 @@ def _read(graph: _Graph) -> tuple[int, MLAgentsWeights]:
 def _version(graph: _Graph) -> int:
     if "version_number" not in graph.outputs:
         raise LayoutError(f"no version_number output (outputs: {graph.outputs})")
-    name = "version_number"
+    value = _constant_of(graph, "version_number")
+    if len(value) != 1 or int(value[0]) not in VERSIONS:
+        raise LayoutError(f"model version {value}, supported: {', '.join(map(str, VERSIONS))}")
+    return int(value[0])
+
+
+def _unread(graph: _Graph) -> None:
+    """LayoutError naming a memory or discrete branches: read as a feed-forward continuous actor,
+    either would be misread (the LSTM skipped, the masks ignored)."""
+    inputs = [value.name for value in graph.inputs]
+    problems = []
+    memory = _constant_of(graph, "memory_size")
+    if RECURRENT_IN in inputs or any(memory):
+        size = ", ".join(f"{m:g}" for m in memory) or "?"
+        problems.append(f"a memory ({RECURRENT_IN}/recurrent_out, memory_size {size}: an LSTM's [h | c]) is not read")
+    if DISCRETE_SHAPE in graph.outputs or ACTION_MASKS in inputs:
+        branches = [int(n) for n in _constant_of(graph, DISCRETE_SHAPE)]
+        masks = f" with {ACTION_MASKS}" if ACTION_MASKS in inputs else ""
+        problems.append(f"discrete action branches {branches}{masks} are not read")
+    if problems:
+        raise LayoutError("; ".join(problems))
+
+
+def _constant_of(graph: _Graph, output: str) -> list[float]:
+    """The values of a constant output (through Identity nodes); [] where it is computed or absent."""
+    name = output
     while name not in graph.constants and name in graph.producer and graph.producer[name].op_type == "Identity":
         name = graph.producer[name].input[0]
-    value = graph.constant(name, "version_number").reshape(-1)
-    if value.size != 1 or int(value[0]) not in VERSIONS:
-        raise LayoutError(f"model version {value.tolist()}, supported: {', '.join(map(str, VERSIONS))}")
-    return int(value[0])
+    return [float(v) for v in graph.constants[name].reshape(-1)] if name in graph.constants else []
 
 
 def _obs_sizes(graph: _Graph) -> tuple[int, ...]:
