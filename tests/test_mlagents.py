@@ -338,11 +338,10 @@ def test_onnx_tensor_of_an_unknown_data_type_is_refused(tmp_path: Path) -> None:
     "kind, problem",
     [
         ({"memory_size": 16}, "a memory (recurrent_in/recurrent_out, memory_size 16: an LSTM's [h | c]) is not read"),
-        ({"branches": (3,)}, "discrete action branches [3] with action_masks are not read"),
-        ({"branches": (3, 2)}, "discrete action branches [3, 2] with action_masks are not read"),
-        ({"memory_size": 8, "branches": (4,)}, "memory_size 8: an LSTM's [h | c]) is not read; discrete action branches [4]"),
+        ({"branches": (3, 2)}, "discrete action branches [3, 2] (multi-discrete actions) are not read"),
+        ({"memory_size": 8, "branches": (4,)}, "memory_size 8: an LSTM's [h | c]) is not read"),
     ],
-    ids=["memory", "discrete", "multi-discrete", "memory-and-discrete"],
+    ids=["memory", "multi-discrete", "memory-and-discrete"],
 )
 def test_exports_with_memory_or_discrete_branches_are_refused_by_name(
     kind: dict[str, object], problem: str, tmp_path: Path
@@ -379,6 +378,38 @@ def test_an_export_with_discrete_branches_is_exit_2(tmp_path: Path) -> None:
     path = mlagents_layout_export(tmp_path / "discrete.onnx", branches=(3, 2))
     out = tmp_path / "again.onnx"
     assert_usage_error(
-        cli("export-onnx", str(path), str(out)), "discrete action branches [3, 2] with action_masks are not read"
+        cli("export-onnx", str(path), str(out)), "discrete action branches [3, 2] (multi-discrete actions) are not read"
     )
     assert not out.exists()
+
+
+def test_one_discrete_branch_reads_with_its_masks_as_onnxruntime_runs_it(tmp_path: Path) -> None:
+    """One branch of 5 actions with action_masks: a masked policy whose batches draw masks; its
+    masked logits and greedy actions are onnxruntime's on the file (the loader check's reference,
+    the bool masks fed as ML-Agents' 1/0), no masked action is chosen, and the ignore-masks fault
+    chooses some."""
+    from harness.devices import cpu_reference
+    from harness.inference.faults import ignore_masks
+    from harness.inference.forward import run_batch
+    from harness.judge.compare import compare_masks
+    from harness.policies import cast_policy
+    from harness.policies.base import ACTION_MASK
+    from harness.policies.onnx_any import onnx_reference
+    from harness.workloads import make_batch
+
+    path = mlagents_layout_export(tmp_path / "discrete.onnx", branches=(5,))
+    policy = load_policy(str(path))
+    assert (policy.info.action_kind, policy.info.action_size, policy.info.masked) == ("discrete", 5, True)
+    assert "5 discrete actions, action masks" in policy.info.detail
+    batch = make_batch(policy.info, "normal", 256, 1)
+    masks = batch.step_input(ACTION_MASK)
+    assert masks is not None and not masks.all()
+    ours = run_batch(policy, cpu_reference(), batch.obs, batch.noise)
+    theirs = onnx_reference(policy.info, 1).run(batch.obs)
+    assert set(theirs) == {"logits", "action"}
+    np.testing.assert_allclose(theirs["logits"], ours["logits"], atol=1e-5, rtol=0)
+    np.testing.assert_array_equal(theirs["action"], ours["action"])
+    assert compare_masks(ours["action"], masks).passed and compare_masks(ours["stochastic_action"], masks).passed
+    broken = cast_policy(policy, "float32")
+    ignore_masks(broken)
+    assert not compare_masks(run_batch(broken, cpu_reference(), batch.obs, batch.noise)["action"], masks).passed
