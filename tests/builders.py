@@ -379,9 +379,10 @@ def mlagents_layout_export(path: Path, *, branches: tuple[int, ...] = (), memory
     node by node with ML-Agents' names and layout (its exporter needs mlagents, which pins another
     torch): obs_0 [batch, 6] -> Gemm -> Swish (16 wide), then
 
-    - `memory_size` > 0: `recurrent_in` [batch, 1, memory_size], the LSTM's [h | c] halves
-      (ML-Agents' `LSTM.forward`), one LSTM step, `recurrent_out` = [h | c] after it; then 2
-      continuous actions (`mu`, clip(mu, -3, 3) / 3);
+    - `memory_size` > 0: `recurrent_in` [batch, 1, memory_size] (ModelSerializer's dummy
+      memories), transposed to [1, batch, memory_size] and split into the LSTM's [h | c] halves
+      as ML-Agents' `LSTM.forward` does when exporting, one LSTM step, `recurrent_out` = [h | c]
+      after it, transposed back; then 2 continuous actions (`mu`, clip(mu, -3, 3) / 3);
     - `branches`: `action_masks` [batch, sum(branches)] (1 allowed), each branch a Gemm whose
       logits are masked as MultiCategoricalDistribution._mask_branch does (logits * mask - 1e8 *
       (1 - mask)), Softmax, ArgMax per branch into `deterministic_discrete_actions` and a
