@@ -1,8 +1,7 @@
 """RecurrentPPO and MaskablePPO end to end: one sweep on the session's Ray cluster (two simulated
 cards and the CPU), read back from Parquet and the report. The recurrent policy plays CartPole
 episodes (its state carried per environment, in lockstep) and its batches are sequences whose
-state after each step is checked; the masked ones (MaskablePPO's, and an ML-Agents export of one
-discrete branch with action_masks) run batches with drawn masks. Two faults on
+state after each step is checked; the masked one runs batches with drawn masks. Two faults on
 card1: it ignores the masks (masked_actions must fail there, and only there) and it is an
 honest card that rounds otherwise (its state parts bit for bit from card0's, and stays within
 the port rule)."""
@@ -16,7 +15,7 @@ from typing import Any
 import pytest
 from sb3_contrib import MaskablePPO, RecurrentPPO
 
-from tests.builders import mlagents_layout_export, save_sb3
+from tests.builders import save_sb3
 from tests.conftest import Head
 from tests.helpers import cli, read_table, sweep_on
 from tests.test_sb3_families import ON
@@ -32,10 +31,8 @@ def swept(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
         folder / "recurrent.zip",
     )
     masked = save_sb3(MaskablePPO("MlpPolicy", "CartPole-v1", policy_kwargs={"net_arch": [8]}, **ON), folder / "masked.zip")
-    discrete = mlagents_layout_export(folder / "mlagents-discrete.onnx", branches=(5,))
     config = folder / "sweep.toml"
-    policies = json.dumps([str(recurrent), str(masked), str(discrete)])
-    config.write_text(f'policies = {policies}\n[envs]\n"{recurrent}" = "CartPole-v1"\n')
+    config.write_text(f'policies = {json.dumps([str(recurrent), str(masked)])}\n[envs]\n"{recurrent}" = "CartPole-v1"\n')
     results = folder / "results"
     faults = ("--inject-fault", "card1:ignore-masks", "--inject-fault", "card1:ulp-noise")
     proc = sweep_on(ray_head.address, results, "--config", str(config), "--episodes", "2", "--dtypes", "float32",
@@ -59,17 +56,6 @@ def test_masked_actions_fail_on_the_card_that_ignores_the_masks_only(swept: tupl
     assert verdicts == {"sim-cpu0": {True}, "sim-cpu1": {True, False}}
     failed = next(c for c in _checks(results, masked) if c["kind"] == "masked_actions" and not c["passed"])
     assert failed["n_illegal"] > 0 and "masked, first at" in failed["detail"]
-
-
-def test_an_mlagents_discrete_export_sweeps_with_its_masks(swept: tuple[Path, Path, Path, str]) -> None:
-    """The ML-Agents export's masked logits and actions agree with onnxruntime on the file (fed
-    the batches' masks), and card1, which ignores them, chooses masked actions there too."""
-    results = swept[2]
-    checks = [c for c in read_table(results, "checks").to_pylist() if c["policy"].endswith("mlagents-discrete.onnx")]
-    loader = {(c["output"], c["passed"]) for c in checks if c["kind"] == "onnx_reference"}
-    assert loader == {("logits", True), ("action", True)}
-    masked = {(c["device_a"], c["passed"]) for c in checks if c["kind"] == "masked_actions"}
-    assert ("sim-cpu0", False) not in masked and ("sim-cpu1", False) in masked
 
 
 def test_the_recurrent_state_is_an_output_checked_on_every_card(swept: tuple[Path, Path, Path, str]) -> None:
