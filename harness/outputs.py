@@ -15,7 +15,11 @@ import numpy as np
 T = TypeVar("T")
 
 Outputs = dict[str, np.ndarray]
-"""One batch's outputs by name: the head (`logits` or `mu`), `action`, `stochastic_action`."""
+"""One batch's outputs by name: the head (`logits` or `mu`), `action`, `stochastic_action`; a
+recurrent policy's state after each step (`STATE_OUTPUTS`)."""
+
+STATE_OUTPUTS = ("state_h", "state_c")
+"""A recurrent policy's (h, c) after each step of its batch (one sequence): (rows, layers, hidden), float32."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,8 @@ class EpisodeOutput:
     # may choose other actions at another size, so only equal batchings are compared.
     batching: str = "single"
     batch_size: int = 1
+    # A masked policy's actions that its environment's action_masks() did not allow at that step.
+    illegal: int = 0
 
     @property
     def actions_sha256(self) -> str:

@@ -13,7 +13,7 @@ from typing import assert_never
 
 import numpy as np
 
-from harness.policies.base import NORMALIZER_CLAMP, ObsInput, PolicyInfo, SamplingKind
+from harness.policies.base import ACTION_MASK, EPISODE_START, NORMALIZER_CLAMP, ObsInput, PolicyInfo, SamplingKind
 
 DISTRIBUTIONS = ("normal", "uniform", "edge")
 # Observation bounds that are infinite, or float32-max as gymnasium writes "unbounded" (CartPole
@@ -33,9 +33,16 @@ class ObsBatch:
 
     distribution: str
     seed: int
-    obs: tuple[np.ndarray, ...]  # one per input of the policy, each (size, *shape) in its dtype
+    obs: tuple[np.ndarray, ...]  # one per input of the policy, each (size, *shape) in its dtype, then its step inputs
     noise: np.ndarray  # float32 (size, *noise_shape(info)): see make_noise
     sha256: str
+    step_inputs: tuple[str, ...] = ()  # the names of the arrays after the observations in `obs`
+
+    def step_input(self, name: str) -> np.ndarray | None:
+        """The batch's step input `name` (`PolicyInfo.step_inputs`); None where it feeds none."""
+        if name not in self.step_inputs:
+            return None
+        return self.obs[len(self.obs) - len(self.step_inputs) + self.step_inputs.index(name)]
 
     @property
     def size(self) -> int:
@@ -76,7 +83,35 @@ def make_batch(
     drawn |= {i.name: _uint8_rows(i, size, distribution, rng) for i in info.inputs if i.dtype == "uint8"}
     obs = tuple(np.ascontiguousarray(drawn[i.name]) for i in info.inputs)
     noise = make_noise(info, size, rng)
-    return ObsBatch(distribution, seed, obs, noise, batch_sha256(obs, noise))
+    obs += tuple(_step_input(info, name, size, rng) for name in info.step_inputs)
+    return ObsBatch(distribution, seed, obs, noise, batch_sha256(obs, noise), info.step_inputs)
+
+
+def _step_input(info: PolicyInfo, name: str, size: int, rng: np.random.Generator) -> np.ndarray:
+    """A batch's episode starts or action masks (`PolicyInfo.step_inputs`), drawn after the noise
+    so that a policy without them gets the bytes it always got."""
+    if name == EPISODE_START:
+        return episode_starts(size)
+    if name == ACTION_MASK:
+        return action_masks(info.action_size, size, rng)
+    raise ValueError(f"unknown step input {name!r}")
+
+
+def episode_starts(size: int) -> np.ndarray:
+    """Where a recurrent policy's batch (one sequence) starts an episode: at its first row and at
+    the start of its last eighth, so that a reset in mid-sequence is always checked, and nowhere
+    else: the state's error is seen over the longest stretch the batch holds."""
+    starts = np.zeros(size, dtype=bool)
+    starts[[0, size - size // 8]] = True
+    return starts
+
+
+def action_masks(n_actions: int, size: int, rng: np.random.Generator) -> np.ndarray:
+    """Each row's legal actions: each action legal with probability one half, and one drawn
+    action always legal, as an environment always leaves one."""
+    masks = rng.uniform(0.0, 1.0, (size, n_actions)) < 0.5
+    masks[np.arange(size), rng.integers(0, n_actions, size)] = True
+    return masks
 
 
 def noise_shape(info: PolicyInfo) -> tuple[int, ...]:

@@ -397,6 +397,152 @@ def mlagents_export(folder: Path, seed: int = 0) -> Path:
     return out
 
 
+def mlagents_layout_export(path: Path, *, branches: tuple[int, ...] = (), memory_size: int = 0, seed: int = 0) -> Path:
+    """An ML-Agents model version 3 export of the kinds `mlagents_export` does not write, built
+    node by node with ML-Agents' names and layout (its exporter needs mlagents, which pins another
+    torch): obs_0 [batch, 6] -> Gemm -> Swish (16 wide), then
+
+    - `memory_size` > 0: `recurrent_in` [batch, 1, memory_size] (ModelSerializer's dummy
+      memories), transposed to [1, batch, memory_size] and split into the LSTM's [h | c] halves
+      as ML-Agents' `LSTM.forward` does when exporting, one LSTM step, `recurrent_out` = [h | c]
+      after it, transposed back; then 2 continuous actions (`mu`, clip(mu, -3, 3) / 3);
+    - `branches`: `action_masks` [batch, sum(branches)] (1 allowed), each branch a Gemm whose
+      logits are masked as MultiCategoricalDistribution._mask_branch does (logits * mask - 1e8 *
+      (1 - mask)), Softmax, ArgMax per branch into `deterministic_discrete_actions` and a
+      Multinomial into `discrete_actions`, `discrete_action_output_shape` the branch sizes.
+    """
+    rng = np.random.default_rng(seed)
+    width, hidden = 6, 16
+    inits: list[onnx.TensorProto] = []
+
+    def const(name: str, value: np.ndarray | list[float], dtype: type = np.float32) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name))
+        return name
+
+    def node(op: str, inputs: list[str], output: str, **attrs: object) -> onnx.NodeProto:
+        return helper.make_node(op, inputs, [output], name=output, **attrs)
+
+    def gemm(x: str, n_in: int, n_out: int, name: str) -> onnx.NodeProto:
+        weight = const(f"{name}.weight", rng.standard_normal((n_out, n_in)) * n_in**-0.5)
+        return node("Gemm", [x, weight, const(f"{name}.bias", rng.standard_normal(n_out) * 0.1)], f"{name}/Gemm", transB=1)
+
+    nodes = [
+        gemm("obs_0", width, hidden, BODY + ".0"),
+        node("Sigmoid", [f"{BODY}.0/Gemm"], "swish/Sigmoid"),
+        node("Mul", [f"{BODY}.0/Gemm", "swish/Sigmoid"], "encoding"),
+    ]
+    inputs = [helper.make_tensor_value_info("obs_0", TensorProto.FLOAT, ["batch", width])]
+    outputs = ["version_number", "memory_size"]
+    nodes += [node("Identity", [const("version", [3.0])], "version_number")]
+    nodes += [node("Identity", [const("memory", [float(memory_size)])], "memory_size")]
+    shapes: dict[str, list[int | str]] = {"version_number": [1], "memory_size": [1]}
+    x = "encoding"
+    if memory_size:
+        half = memory_size // 2
+        inputs.append(helper.make_tensor_value_info("recurrent_in", TensorProto.FLOAT, ["batch", 1, memory_size]))
+        gates = {
+            part: const(f"lstm.{part}", rng.standard_normal((1, 4 * half, n)) * 0.3)
+            for part, n in (("W", hidden), ("R", half))
+        }
+        nodes += [
+            node("Transpose", ["recurrent_in"], "memories", perm=[1, 0, 2]),  # [1, batch, memory]
+            node(
+                "Slice",
+                ["memories", const("h.start", [0], np.int64), const("h.end", [half], np.int64), const("axis", [2], np.int64)],
+                "h0",
+            ),
+            node(
+                "Slice",
+                ["memories", const("c.start", [half], np.int64), const("c.end", [memory_size], np.int64), "axis"],
+                "c0",
+            ),
+            node("Unsqueeze", [x, const("seq.axes", [0], np.int64)], "sequence"),
+            helper.make_node(
+                "LSTM",
+                [
+                    "sequence",
+                    gates["W"],
+                    gates["R"],
+                    const("lstm.B", rng.standard_normal((1, 8 * half)) * 0.1),
+                    "",
+                    "h0",
+                    "c0",
+                ],
+                ["lstm/Y", "lstm/Y_h", "lstm/Y_c"],
+                name="lstm",
+                hidden_size=half,
+            ),
+            node("Concat", ["lstm/Y_h", "lstm/Y_c"], "memories_out", axis=2),
+            node("Transpose", ["memories_out"], "recurrent_out", perm=[1, 0, 2]),
+            node("Squeeze", ["lstm/Y", const("y.axes", [0, 1], np.int64)], "lstm_out"),
+        ]
+        outputs.append("recurrent_out")
+        shapes["recurrent_out"] = ["batch", 1, memory_size]
+        x, hidden = "lstm_out", half
+    if branches:
+        inputs.append(helper.make_tensor_value_info("action_masks", TensorProto.FLOAT, ["batch", sum(branches)]))
+        sampled, chosen, start = [], [], 0
+        for i, size in enumerate(branches):
+            b = f"action_model._discrete_distribution.branches.{i}"
+            mask = f"{b}/mask"
+            nodes += [
+                gemm(x, hidden, size, b),
+                node(
+                    "Slice",
+                    [
+                        "action_masks",
+                        const(f"{b}.start", [start], np.int64),
+                        const(f"{b}.end", [start + size], np.int64),
+                        const(f"{b}.axis", [1], np.int64),
+                    ],
+                    mask,
+                ),
+                node("Mul", [f"{b}/Gemm", mask], f"{b}/Allowed"),
+                node("Mul", [mask, const(f"{b}.minus_one", -1.0)], f"{b}/Negated"),
+                node("Add", [f"{b}/Negated", const(f"{b}.one", 1.0)], f"{b}/Blocked"),
+                node("Mul", [f"{b}/Blocked", const(f"{b}.huge", 1e8)], f"{b}/Penalty"),
+                node("Sub", [f"{b}/Allowed", f"{b}/Penalty"], f"{b}/Logits"),
+                node("Softmax", [f"{b}/Logits"], f"{b}/Probs", axis=1),
+                node("ArgMax", [f"{b}/Probs"], f"{b}/Argmax", axis=1, keepdims=1),
+                node("Log", [f"{b}/Probs"], f"{b}/LogProbs"),
+                node("Multinomial", [f"{b}/LogProbs"], f"{b}/Sample", sample_size=1, dtype=TensorProto.INT64),
+            ]
+            chosen.append(f"{b}/Argmax")
+            sampled.append(f"{b}/Sample")
+            start += size
+        nodes += [
+            node("Concat", sampled, "discrete_actions", axis=1),
+            node("Identity", [const("branch_sizes", [float(n) for n in branches])], "discrete_action_output_shape"),
+            node("Concat", chosen, "deterministic_discrete_actions", axis=1),
+        ]
+        outputs += ["discrete_actions", "discrete_action_output_shape", "deterministic_discrete_actions"]
+        shapes |= {
+            "discrete_actions": ["batch", len(branches)],
+            "discrete_action_output_shape": [len(branches)],
+            "deterministic_discrete_actions": ["batch", len(branches)],
+        }
+    else:
+        nodes += [
+            gemm(x, hidden, 2, f"{HEAD}.mu"),
+            node("Clip", [f"{HEAD}.mu/Gemm", const("clip.min", -3.0), const("clip.max", 3.0)], "clipped"),
+            node("Div", ["clipped", const("divisor", [3.0])], "deterministic_continuous_actions"),
+        ]
+        outputs.append("deterministic_continuous_actions")
+        shapes["deterministic_continuous_actions"] = ["batch", 2]
+    types = {"discrete_actions": TensorProto.INT64, "deterministic_discrete_actions": TensorProto.INT64}
+    graph = helper.make_graph(
+        nodes,
+        "mlagents",
+        inputs,
+        [helper.make_tensor_value_info(o, types.get(o, TensorProto.FLOAT), shapes[o]) for o in outputs],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="pytorch")
+    onnx.checker.check_model(model, full_check=True)
+    onnx.save(model, path)
+    return path
+
+
 # --- ONNX graphs ----------------------------------------------------------------------------------
 
 

@@ -107,6 +107,10 @@ def test_info_json() -> None:
         ),
         (["--inject-fault", "card0:fp16-accumulate", "--dtypes", "float32"], "it acts only on float16, and the run computes"),
         (["--inject-fault", "all:reduced-fp32", "--dtypes", "float16,bfloat16"], "it acts only on float32"),
+        (
+            ["--inject-fault", "card0:ignore-masks"],
+            "--inject-fault card0:ignore-masks: no policy of the run takes action masks",
+        ),
     ],
 )
 def test_bad_sweep_input_is_exit_2(args: list[str], expected: str, tmp_path: Path) -> None:
@@ -142,6 +146,7 @@ def test_npu_asked_for_where_there_is_none_is_exit_2(tmp_path: Path) -> None:
         (["--policy", "cartpol"], "did you mean 'cartpole'"),
         (["--inject-fault", "card3:perturb-weight", "--cards", "2"], "the run has 2 card(s) (--cards 2)"),
         (["--inject-fault", "card0:fp16-accumulate"], "it acts only on float16"),
+        (["--inject-fault", "all:ignore-masks"], "no policy of the run takes action masks (cartpole, huggy-arch)"),
     ],
 )
 def test_bad_bench_input_is_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

@@ -153,7 +153,7 @@ def test_a_graph_rebuilt_from_onnx_is_refused_naming_its_own_file(tmp_path: Path
 def test_discrete_export_is_not_taken_for_an_mlagents_one(tmp_path: Path) -> None:
     path = tmp_path / "discrete.onnx"
     export_onnx(discrete_policy(nn.ReLU), path)
-    with pytest.raises(PolicyLoadError, match="not an ML-Agents continuous-action export: no version_number output"):
+    with pytest.raises(PolicyLoadError, match="not an ML-Agents export this reader reads: no version_number output"):
         load_mlagents_onnx(path)
 
 

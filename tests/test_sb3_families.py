@@ -492,17 +492,6 @@ class Custom(BaseFeaturesExtractor):
         return torch.as_tensor(self.linear(x))
 
 
-def test_recurrent_and_maskable_policies_are_refused_by_name(tmp_path: Path) -> None:
-    from sb3_contrib import MaskablePPO, RecurrentPPO
-
-    for algo, policy, why in ((RecurrentPPO, "MlpLstmPolicy", "recurrent"), (MaskablePPO, "MlpPolicy", "action masks")):
-        path = tmp_path / f"{algo.__name__}.zip"
-        algo(policy, VectorEnv(algo is MaskablePPO), **ON).save(path)
-        supported = "supported: PPO, A2C, TRPO, DQN, QR-DQN, TD3, DDPG, SAC, TQC, CrossQ, ARS"
-        message = refused(path, "is not supported", why, supported)
-        assert "Policy (sb3_contrib." in message
-
-
 def test_a_custom_features_extractor_is_refused_by_name(tmp_path: Path) -> None:
     path = tmp_path / "custom.zip"
     PPO("MlpPolicy", VectorEnv(), policy_kwargs={"features_extractor_class": Custom}, **ON).save(path)

@@ -88,6 +88,14 @@ class VecCartPole:
         never = np.zeros(self.n_envs, dtype=bool)
         return self._obs(), rewards, never, np.full(self.n_envs, self.steps >= HORIZON)
 
+    def restarted(self) -> np.ndarray:
+        """No wrapper ends an episode inside CartPole's."""
+        return np.zeros(self.n_envs, dtype=bool)
+
+    def action_masks(self) -> None:
+        """CartPole leaves every action legal."""
+        return None
+
     def close(self) -> None:
         """Nothing to release: arrays only."""
 

@@ -18,6 +18,8 @@ from harness.errors import UsageError
 
 # Episodes of an environment registered without a time limit are cut here by the harness.
 MAX_STEPS = 10_000
+# The method an environment gives its legal actions by (sb3-contrib's convention, MaskablePPO's).
+ACTION_MASKS = "action_masks"
 
 
 class GymEnvs:
@@ -50,6 +52,8 @@ class GymEnvs:
         # Stepping needs a reset first: until then every slot counts as ended.
         self.terminated = np.zeros(n_envs, dtype=bool)
         self.truncated = np.ones(n_envs, dtype=bool)
+        self._restarted = np.zeros(n_envs, dtype=bool)
+        self._masked = self.envs[0].has_wrapper_attr(ACTION_MASKS)
 
     def reset(self, seeds: Sequence[int] | None = None) -> Obs:
         if seeds is not None and len(seeds) != self.n_envs:
@@ -58,7 +62,7 @@ class GymEnvs:
         for i, (env, seed) in enumerate(zip(self.envs, per_env, strict=True)):
             self._raw[i] = env.reset(seed=seed)[0]
         self._obs = self.observations.reset(self._raw)
-        self.terminated[:], self.truncated[:] = False, False
+        self.terminated[:], self.truncated[:], self._restarted[:] = False, False, False
         return tuple(o.copy() for o in self._obs)
 
     def step(self, actions: np.ndarray) -> Step:
@@ -82,12 +86,21 @@ class GymEnvs:
             self.terminated[i] = terminated
             # An environment whose own episode is over ends the slot, whatever its wrappers say.
             self.truncated[i] = truncated or (episode.over and not terminated)
+        self._restarted = restarted
         stepped = self.observations.step(self._raw, restarted, terminal)
         # An ended episode keeps its last observation, whatever the frame stack made of its row.
         self._obs = tuple(
             np.where(ended.reshape(-1, *[1] * (new.ndim - 1)), old, new) for old, new in zip(self._obs, stepped, strict=True)
         )
         return tuple(o.copy() for o in self._obs), rewards, self.terminated.copy(), self.truncated.copy()
+
+    def restarted(self) -> np.ndarray:
+        return self._restarted.copy()
+
+    def action_masks(self) -> np.ndarray | None:
+        if not self._masked:
+            return None
+        return np.stack([np.asarray(env.get_wrapper_attr(ACTION_MASKS)(), dtype=bool) for env in self.envs])
 
     def close(self) -> None:
         for env in self.envs:

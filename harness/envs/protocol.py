@@ -40,4 +40,15 @@ class LockstepEnv(Protocol):
         """
         ...
 
+    def restarted(self) -> np.ndarray:
+        """bool (n,): the slots whose last step ended an episode inside the environment's own (a
+        wrapper's, as AtariWrapper's lost life) and went on with the same game: SB3's VecEnv says
+        done there, so a recurrent policy starts its state anew."""
+        ...
+
+    def action_masks(self) -> np.ndarray | None:
+        """bool (n, actions): each slot's legal actions now, from its environment's
+        `action_masks()` (sb3-contrib's convention); None where the environment gives none."""
+        ...
+
     def close(self) -> None: ...

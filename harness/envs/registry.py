@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import Box, Discrete, Space
 
+from harness.envs.lockstep import ACTION_MASKS
 from harness.envs.observations import Observations, View
 from harness.envs.spec import EnvSpec, make_env, require_registered
 from harness.errors import UsageError
@@ -28,6 +29,16 @@ def env_spaces(spec: EnvSpec) -> tuple[tuple[View, ...], Space[Any]]:
     env, _ = make_env(spec)
     try:
         return Observations(env.observation_space, 1, spec.setup.frame_stack).views, env.action_space
+    finally:
+        env.close()
+
+
+@functools.cache
+def gives_action_masks(spec: EnvSpec) -> bool:
+    """Whether `spec`'s environment has `action_masks()`, read from one environment made for it."""
+    env, _ = make_env(spec)
+    try:
+        return env.has_wrapper_attr(ACTION_MASKS)
     finally:
         env.close()
 
@@ -64,6 +75,8 @@ def check_env(env: EnvSpec | str, info: PolicyInfo) -> None:
         fits = isinstance(action_space, Box) and action_space.shape == (info.action_size,)
     if not fits:
         problems.append(f"its actions are {_describe(action_space)}, the policy's are {_policy_actions(info)}")
+    if info.masked and not gives_action_masks(spec):
+        problems.append(f"it has no {ACTION_MASKS}(), and the policy chooses only among the actions those allow")
     if problems:
         raise UsageError(f"environment {spec.key} does not fit policy {info.name}: {'; '.join(problems)}")
 

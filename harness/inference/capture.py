@@ -34,17 +34,21 @@ def capture_activations(policy: PolicyNet, obs: tuple[torch.Tensor, ...]) -> dic
     The dict is filled as hooks fire, so its order is the order the layers ran in. Each output
     is copied at once: an in-place activation later in the forward would otherwise rewrite the
     array of the layer before it on a CPU device, where `.cpu().numpy()` shares memory.
+
+    `obs` may carry a batch's step inputs after the observations: they are left out, so a
+    recurrent policy's layers are captured on its zero-state forward (each row a first step; an
+    LSTM's output, not its state) and a masked policy's before its masks.
     """
     names = {m: name for name, m in leaf_layers(policy).items()}
     acts: dict[str, np.ndarray] = {}
 
-    def record(module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
-        acts[names[module]] = _to_numpy(output)
+    def record(module: nn.Module, _inputs: tuple[torch.Tensor, ...], output: torch.Tensor | tuple[torch.Tensor, ...]) -> None:
+        acts[names[module]] = _to_numpy(output if isinstance(output, torch.Tensor) else output[0])
 
     handles = [m.register_forward_hook(record) for m in names]
     try:
         with torch.inference_mode():
-            policy(*obs)
+            policy(*obs[: len(policy.info.inputs)])
     finally:
         for handle in handles:
             handle.remove()

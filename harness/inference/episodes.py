@@ -15,6 +15,12 @@ episode, as SB3 holds it between resets) in both batchings, so on a batch-invari
 the two agree bit for bit; where they part, the card is batch-variant: a finding, not a bug.
 Continuous actions are clipped to the action space's bounds before stepping, as SB3 does, and
 recorded as stepped.
+
+A recurrent policy carries each episode's state from step to step, its own slice of the state in
+both batchings, zeroed where the episode starts (and where a wrapper ended one inside the
+environment's, as SB3's VecEnv says done there). A masked policy chooses among the actions its
+environment's `action_masks()` allows at that step; the episode records how many it chose that
+were not (`EpisodeOutput.illegal`).
 """
 
 from __future__ import annotations
@@ -35,8 +41,9 @@ from harness.workloads import episode_noise
 
 BATCHINGS = ("lockstep", "single")
 
-Decide = Callable[[tuple[torch.Tensor, ...], int, np.ndarray], np.ndarray]
-"""(observations on the card, step, which episodes are running) -> every row's action."""
+Decide = Callable[[tuple[torch.Tensor, ...], int, np.ndarray, np.ndarray, torch.Tensor | None], np.ndarray]
+"""(observations on the card, step, which episodes are running, which start their state anew,
+the action masks on the card or None) -> every row's action."""
 
 
 @torch.inference_mode()
@@ -62,16 +69,23 @@ def play(
     order = np.argsort(np.asarray(seeds, dtype=np.int64), kind="stable")
     row_seeds = [int(seeds[i]) for i in order]
     noise = _noise(policy, device, row_seeds, envs.horizon) if stochastic else None
-    decide = _lockstep(policy, noise) if batching == "lockstep" else _single(policy, noise)
+    decide = (_lockstep if batching == "lockstep" else _single)(policy, noise, len(row_seeds))
     bounds = action_bounds(envs.spec) if policy.info.action_kind == "continuous" else None
 
     obs = envs.reset(row_seeds)
     running = np.ones(len(row_seeds), dtype=bool)
+    starts = np.ones(len(row_seeds), dtype=bool)
     totals = np.zeros(len(row_seeds), dtype=np.float64)
     lengths = np.zeros(len(row_seeds), dtype=np.int64)
+    illegal = np.zeros(len(row_seeds), dtype=np.int64)
     stepped: list[np.ndarray] = []
     for t in range(envs.horizon):
-        actions = decide(tuple(torch.from_numpy(o).to(device.torch_device) for o in as_inputs(policy, obs)), t, running)
+        masks = envs.action_masks() if policy.info.masked else None
+        on_card = tuple(torch.from_numpy(o).to(device.torch_device) for o in as_inputs(policy, obs))
+        masks_on_card = None if masks is None else torch.from_numpy(masks).to(device.torch_device)
+        actions = decide(on_card, t, running, starts, masks_on_card)
+        if masks is not None:
+            illegal += running & ~masks[np.arange(len(actions)), actions]
         if bounds is not None:
             # SB3's predict for a Box: np.clip to the bounds; the env gets the Box's dtype.
             actions = np.clip(actions, *bounds).astype(bounds[0].dtype, copy=False)
@@ -80,6 +94,7 @@ def play(
         totals += rewards  # 0 for ended episodes
         lengths += running
         running = ~(terminated | truncated)
+        starts = envs.restarted()
         if not running.any():
             break
     history = np.stack(stepped)  # (steps, rows, ...): rows of ended episodes hold dropped actions
@@ -93,6 +108,7 @@ def play(
             int(lengths[row]),
             batching=batching,
             batch_size=batch_size,
+            illegal=int(illegal[row]),
         )
         for row, seed in enumerate(row_seeds)
     ]
@@ -114,22 +130,68 @@ def as_inputs(policy: PolicyNet, obs: Obs) -> Obs:
 def choose_actions(policy: PolicyNet, obs: tuple[torch.Tensor, ...], noise: torch.Tensor | None) -> torch.Tensor:
     """One forward over `obs` (one tensor per input of the policy) and each row's action."""
     latent, head = policy.latent_and_head(*obs)
+    return _action(policy, latent, head, noise)
+
+
+def _action(policy: PolicyNet, latent: torch.Tensor, head: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
     return policy.deterministic_action(head) if noise is None else policy.stochastic_action(head, noise, latent)
 
 
-def _lockstep(policy: PolicyNet, noise: torch.Tensor | None) -> Decide:
-    def decide(obs: tuple[torch.Tensor, ...], t: int, running: np.ndarray) -> np.ndarray:
-        return choose_actions(policy, obs, None if noise is None else noise[t]).cpu().numpy()
+class Stepper:
+    """One forward over some rows: their observations, and for a recurrent policy their state,
+    which it keeps, every row its own slice (`rows` None: all of them)."""
+
+    def __init__(self, policy: PolicyNet, n_rows: int) -> None:
+        self.policy = policy
+        self.state = policy.zero_state(n_rows) if policy.memory is not None else None
+
+    def __call__(
+        self,
+        obs: tuple[torch.Tensor, ...],
+        noise: torch.Tensor | None,
+        starts: np.ndarray,
+        masks: torch.Tensor | None,
+        rows: slice | None = None,
+    ) -> torch.Tensor:
+        policy = self.policy
+        if self.state is None:
+            latent, head = policy.latent_and_head(*obs)
+        else:
+            at = rows if rows is not None else slice(None)
+            h, c = self.state[0][:, at], self.state[1][:, at]
+            start = torch.from_numpy(np.ascontiguousarray(starts[at])).to(h.device)
+            latent, head, (h, c) = policy.step(obs, (h, c), start)
+            self.state[0][:, at], self.state[1][:, at] = h, c
+        return _action(policy, latent, policy.masked_scores(head, masks), noise)
+
+
+def _lockstep(policy: PolicyNet, noise: torch.Tensor | None, n_rows: int) -> Decide:
+    stepper = Stepper(policy, n_rows)
+
+    def decide(
+        obs: tuple[torch.Tensor, ...], t: int, running: np.ndarray, starts: np.ndarray, masks: torch.Tensor | None
+    ) -> np.ndarray:
+        return stepper(obs, None if noise is None else noise[t], starts, masks).cpu().numpy()
 
     return decide
 
 
-def _single(policy: PolicyNet, noise: torch.Tensor | None) -> Decide:
-    def decide(obs: tuple[torch.Tensor, ...], t: int, running: np.ndarray) -> np.ndarray:
+def _single(policy: PolicyNet, noise: torch.Tensor | None, n_rows: int) -> Decide:
+    stepper = Stepper(policy, n_rows)
+
+    def decide(
+        obs: tuple[torch.Tensor, ...], t: int, running: np.ndarray, starts: np.ndarray, masks: torch.Tensor | None
+    ) -> np.ndarray:
         rows = np.flatnonzero(running)
         # One forward per row; the chosen actions cross to the host together, once per step.
         per_row = [
-            choose_actions(policy, tuple(o[i : i + 1] for o in obs), None if noise is None else noise[t, i : i + 1])
+            stepper(
+                tuple(o[i : i + 1] for o in obs),
+                None if noise is None else noise[t, i : i + 1],
+                starts,
+                None if masks is None else masks[i : i + 1],
+                slice(i, i + 1),
+            )
             for i in rows
         ]
         chosen = torch.cat(per_row).cpu().numpy()

@@ -18,6 +18,7 @@ layer alone (`card1:reduced-fp32@head`: LAYER as the policy names it, body.0, he
                    or a discrete policy's first logit raised; a port that loses return
   noisy-sampler    the sampling noise scaled by 1 + SIZE (default 0.5): a stochastic policy that
                    explores more than it should; deterministic actions are untouched
+  ignore-masks     a masked policy's masks dropped: it chooses as if every action were legal
   mkl-avx2         the card's process runs with MKL_CBWR=AVX2 (another, honest, GEMM code path)
   crash-once       the card's process dies on its first unit; Ray restarts it and the unit is retried
   crash-always     the card's process dies on every unit: the sweep records it and fails
@@ -49,6 +50,7 @@ MODEL_KINDS = (
     "ulp-noise",
     "action-bias",
     "noisy-sampler",
+    "ignore-masks",
 )
 KINDS = (*MODEL_KINDS, "mkl-avx2", "crash-once", "crash-always", "hang-once", "hang")
 # The faults that act only on the computations of one dtype (the card's dtype, before its label).
@@ -127,6 +129,16 @@ def refuse_absent_dtypes(faults: list[Fault], dtypes: list[str]) -> None:
             raise UsageError(
                 f"--inject-fault {fault}: it acts only on {dtype}, and the run computes in {','.join(dtypes)}; add {dtype} "
                 "to --dtypes, or the fault never strikes"
+            )
+
+
+def refuse_maskless(faults: list[Fault], any_masked: bool, policies: list[str]) -> None:
+    """UsageError for ignore-masks in a run none of whose policies (`policies`) takes action masks."""
+    for fault in faults:
+        if fault.kind == "ignore-masks" and not any_masked:
+            raise UsageError(
+                f"--inject-fault {fault}: no policy of the run takes action masks ({', '.join(policies)}); it acts only on "
+                "a masked policy (MaskablePPO), or the fault never strikes"
             )
 
 

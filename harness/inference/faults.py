@@ -34,6 +34,8 @@ def inject(policy: PolicyNet, faults: list[Fault]) -> PolicyNet:
         bias_head(policy, kinds["action-bias"].size or 0.0)
     if "noisy-sampler" in kinds:
         scale_sampling_noise(policy, 1.0 + (kinds["noisy-sampler"].size or 0.0))
+    if "ignore-masks" in kinds:
+        ignore_masks(policy)
     if "perturb-weight" in kinds:
         perturb_one_weight(policy)
     if "corrupt-weight" in kinds:
@@ -78,6 +80,8 @@ def add_ulp_noise(policy: PolicyNet, seed: int) -> PolicyNet:
 def _nudge_output(_module: torch.nn.Module, _inputs: object, output: object, seed: int) -> object:
     if isinstance(output, torch.Tensor) and output.dtype in _INT_VIEW:
         return ulp_nudge(output, seed, ULP_NOISE_RATE * 2.0 ** (_MANTISSA_BITS[output.dtype] - _MANTISSA_BITS[torch.float32]))
+    if isinstance(output, tuple):  # an LSTM's (output, (h, c)): each nudged alike, by its bits
+        return tuple(_nudge_output(_module, _inputs, part, seed) for part in output)
     return output
 
 
@@ -118,6 +122,15 @@ def scale_sampling_noise(policy: PolicyNet, factor: float) -> None:
 
     # The fault is this policy sampling otherwise: its own method, replaced on the instance.
     policy.stochastic_action = noisier  # type: ignore[method-assign]
+
+
+def ignore_masks(policy: PolicyNet) -> None:
+    """A masked policy that chooses as if every action were legal: a port that dropped the mask input."""
+
+    def unmasked(head_out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        return head_out
+
+    policy.masked_scores = unmasked  # type: ignore[method-assign]
 
 
 def corrupt_first_layer(policy: torch.nn.Module) -> None:

@@ -189,6 +189,48 @@ class EpisodeComparison:
         return None
 
 
+@dataclass(frozen=True)
+class MaskComparison:
+    """A masked policy's actions against the masks they were chosen under: none masked, no limit."""
+
+    passed: bool
+    n_elements: int
+    n_illegal: int
+    """Actions chosen that their mask forbids."""
+    detail: str
+
+    def over_limit(self) -> float | None:
+        return None
+
+
+def compare_masks(actions: np.ndarray, masks: np.ndarray) -> MaskComparison:
+    """Discrete actions (rows,) against bool masks (rows, actions): each action one its row allows."""
+    actions, masks = np.asarray(actions), np.asarray(masks, dtype=bool)
+    if actions.shape != masks.shape[:-1] or masks.ndim != actions.ndim + 1:
+        raise ValueError(f"masks must have shape actions.shape + (n_actions,), got {masks.shape} for {actions.shape}")
+    in_range = (actions >= 0) & (actions < masks.shape[-1])
+    allowed = np.take_along_axis(masks, np.where(in_range, actions, 0)[..., None], axis=-1)[..., 0] & in_range
+    illegal = int(np.count_nonzero(~allowed))
+    detail = ""
+    if illegal:
+        idx = first_index(~allowed)
+        legal = np.flatnonzero(masks[idx]).tolist()
+        detail = (
+            f"{illegal} of {actions.size} actions masked, first at {format_index(idx)}: action {actions[idx]}, legal {legal}"
+        )
+    return MaskComparison(passed=not illegal, n_elements=int(actions.size), n_illegal=illegal, detail=detail)
+
+
+def masked_in_episodes(illegal: list[int], seeds: list[int]) -> MaskComparison:
+    """Episodes' counts of actions their environment's action_masks() did not allow (the episodes
+    record them as they play, `EpisodeOutput.illegal`): none in any."""
+    total = int(sum(illegal))
+    first = next((seed for seed, n in zip(seeds, illegal, strict=True) if n), None)
+    parted = sum(1 for n in illegal if n)
+    detail = f"{total} masked actions chosen in {parted} of {len(seeds)} episodes; seed {first} first" if total else ""
+    return MaskComparison(passed=not total, n_elements=len(seeds), n_illegal=total, detail=detail)
+
+
 def ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per-element distance in units in the last place, as int64.
 

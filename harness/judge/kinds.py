@@ -33,3 +33,5 @@ class CheckKind(StrEnum):
     """A finding: the first layer where a card's NaN or inf appeared (the golden finite there)."""
     BENCH_AUDIT = "bench_audit"
     """A bench's timed path against the sweep's run_batch, same card, same input, bit for bit."""
+    MASKED_ACTIONS = "masked_actions"
+    """A masked policy's actions against the masks they were chosen under: none forbidden, on any card."""

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, fields
 from typing import Any, assert_never
 
-from harness.judge.compare import Comparison, DecisionComparison, EpisodeComparison, ToleranceComparison
+from harness.judge.compare import Comparison, DecisionComparison, EpisodeComparison, MaskComparison, ToleranceComparison
 from harness.judge.golden import GoldenComparison
 from harness.judge.kinds import CheckKind
 from harness.judge.localize import FirstNonFinite
@@ -30,6 +30,7 @@ Result = (
     | EpisodeComparison
     | ReturnComparison
     | FirstNonFinite
+    | MaskComparison
 )
 ResultType = (
     type[Comparison]
@@ -39,6 +40,7 @@ ResultType = (
     | type[DecisionComparison]
     | type[EpisodeComparison]
     | type[ReturnComparison]
+    | type[MaskComparison]
 )
 
 # The order of the columns: each type adds the fields the ones before did not have; `detail` last.
@@ -50,6 +52,7 @@ _COLUMN_ORDER: tuple[ResultType, ...] = (
     EpisodeComparison,
     ReturnComparison,
     FirstNonFinite,
+    MaskComparison,
 )
 
 
@@ -71,6 +74,8 @@ def result_types(kind: CheckKind) -> tuple[ResultType, ...]:
             return (ToleranceComparison,)
         case CheckKind.FIRST_NONFINITE:
             return (FirstNonFinite,)
+        case CheckKind.MASKED_ACTIONS:
+            return (MaskComparison,)
         case CheckKind.ONNX_REFERENCE:
             # Floating outputs by the port rule; integer ones (actions) bit for bit.
             return (GoldenComparison, Comparison)

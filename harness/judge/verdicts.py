@@ -44,13 +44,15 @@ from harness.judge.compare import (
     Tolerance,
     compare_bitwise,
     compare_decisions,
+    compare_masks,
     compare_tolerance,
+    masked_in_episodes,
 )
 from harness.judge.golden import RatioLimits, compare_to_golden, row_errors
 from harness.judge.kinds import CheckKind
 from harness.judge.results import Result, holds
 from harness.judge.returns import Decision, Interval, Margin, Outcome, ReturnComparison, decide, interval, iqm, mean
-from harness.outputs import EpisodeOutput, Outputs
+from harness.outputs import STATE_OUTPUTS, EpisodeOutput, Outputs
 
 # The `device_b` of a check, where the other side is no card: the CPU float32, the float64
 # golden (the dtype harness.dtypes.GOLDEN_DTYPE), onnxruntime on the original file.
@@ -64,6 +66,12 @@ HONEST = "cpu-ulp-noise"
 # golden's margin between them is within twice that.
 FLIP_SCORES = 2.0
 PUBLISHED = "published"
+# A recurrent policy's state is judged again in these windows of steps since its episode started,
+# each a finding of its own (`STATE_OUTPUTS` name@first-last): does its error stay bounded?
+STATE_WINDOWS = ((1, 10), (11, 100), (101, 1000), (1001, 10_000))
+# The `device_b` of a masked_actions check: the batch's drawn masks, or the environment's action_masks().
+MASKS = "masks"
+ENV_MASKS = "env-masks"
 # Where neither a published score nor our episodes vary (CartPole's 500.00 +/- 0.00), our return
 # must be the published one as a model card prints it: to two decimals.
 PUBLISHED_ROUNDING = 0.005
@@ -105,6 +113,8 @@ class Rules:
     scores: str = "logits"
     """The discrete head's output, whose margins judge a flipped decision: a categorical
     policy's `logits`, a Q-network's `q_values`."""
+    masked: bool = False
+    """The policy chooses among the actions a mask allows: every card's actions are checked against it."""
 
 
 def tolerance_of(dtype: str, user: dict[str, Tolerance]) -> tuple[Tolerance, bool]:
@@ -151,20 +161,35 @@ def in_compute_dtype(a: np.ndarray, b: np.ndarray, dtype: str) -> tuple[np.ndarr
     import ml_dtypes
 
     native = ml_dtypes.bfloat16 if precision_of(dtype) == "bfloat16" else np.float16
-    na, nb = a.astype(native), b.astype(native)
+    with np.errstate(over="ignore"):  # a value past the dtype's range is no narrowing back: kept float32 below
+        na, nb = a.astype(native), b.astype(native)
     lossless = all(np.array_equal(n.astype(np.float32), x, equal_nan=True) for n, x in ((na, a), (nb, b)))
     return (na, nb) if lossless else (a, b)
 
 
 def judge_batch(
-    rules: Rules, noise: np.ndarray, cards: dict[str, Outputs], golden: Outputs, cpu_same: Outputs, cpu_float32: Outputs
+    rules: Rules,
+    noise: np.ndarray,
+    cards: dict[str, Outputs],
+    golden: Outputs,
+    cpu_same: Outputs,
+    cpu_float32: Outputs,
+    masks: np.ndarray | None = None,
+    starts: np.ndarray | None = None,
 ) -> list[Check]:
-    """Every card against card 0, the golden (port and decisions) and the CPU float32 (tolerance)."""
+    """Every card against card 0, the golden (port and decisions) and the CPU float32 (tolerance);
+    a masked policy's actions against the batch's `masks`; a recurrent policy's state by how many
+    steps its episode has run (`starts`: where the batch's episodes start), as findings."""
     checks = judge_cross_card(rules.dtype, cards)
+    if starts is not None:
+        checks += _state_growth(rules, cards, golden, cpu_same, starts)
     for label, outputs in cards.items():
         for output, gold in golden.items():
             if np.issubdtype(gold.dtype, np.integer):
                 checks.append(_decisions(rules, output, label, outputs[output], golden, cpu_same, noise))
+                if rules.masked and masks is not None:
+                    result = compare_masks(outputs[output], masks)
+                    checks.append(Check(output, CheckKind.MASKED_ACTIONS, label, MASKS, True, result))
                 continue
             port = compare_to_golden(outputs[output], cpu_same[output], gold, rules.dtype, rules.limits)
             checks.append(Check(output, CheckKind.CPU_REFERENCE, label, GOLDEN_DEVICE, True, port))
@@ -175,6 +200,33 @@ def judge_batch(
                 table = replace(table, detail=f"{table.detail}; {rules.dtype} cannot hold this policy's values here")
             gates = rules.tolerance_gates or output in rules.bounded_outputs or overflow
             checks.append(Check(output, CheckKind.TOLERANCE, label, REFERENCE, gates, table))
+    return checks
+
+
+def steps_run(starts: np.ndarray) -> np.ndarray:
+    """Each row's step of its episode, 1 where one starts, for a sequence whose first row starts one."""
+    rows = np.arange(len(starts))
+    return rows - np.maximum.accumulate(np.where(starts, rows, 0)) + 1
+
+
+def _state_growth(
+    rules: Rules, cards: dict[str, Outputs], golden: Outputs, cpu_same: Outputs, starts: np.ndarray
+) -> list[Check]:
+    """The state's error against the golden in each window of steps (`STATE_WINDOWS`), by the port
+    rule, reported and never gating: how the error grows with the step (the whole state gates)."""
+    step = steps_run(starts)
+    checks = []
+    for first, last in STATE_WINDOWS:
+        rows = (step >= first) & (step <= last)
+        if not rows.any():
+            continue
+        for name in STATE_OUTPUTS:
+            window = f"{name}@{first}-{last}"
+            for label, outputs in cards.items():
+                port = compare_to_golden(
+                    outputs[name][rows], cpu_same[name][rows], golden[name][rows], rules.dtype, rules.limits
+                )
+                checks.append(Check(window, CheckKind.CPU_REFERENCE, label, GOLDEN_DEVICE, False, port))
     return checks
 
 
@@ -236,14 +288,18 @@ def first_divergent_step(a: np.ndarray, b: np.ndarray) -> int | None:
 
 
 def judge_episodes(
-    cards: dict[str, list[EpisodeOutput]], reference: list[EpisodeOutput], honest: list[EpisodeOutput]
+    cards: dict[str, list[EpisodeOutput]], reference: list[EpisodeOutput], honest: list[EpisodeOutput], masked: bool = False
 ) -> tuple[list[Check], dict[str, list[int | None]]]:
     """Trajectories and returns across cards, bit for bit; and the step where each episode parts
     from the CPU float32's (None: never), per card and for the CPU's replay under the honest-card
     model (`HONEST`). Returns are judged against the CPU's over every round of a mode, apart
-    (`judge_returns`)."""
+    (`judge_returns`). A masked policy's actions on every card, against its environment's masks."""
     labels = list(cards)
     checks: list[Check] = []
+    if masked:
+        for label, episodes in cards.items():
+            result = masked_in_episodes([e.illegal for e in episodes], [e.episode_seed for e in episodes])
+            checks.append(Check("actions", CheckKind.MASKED_ACTIONS, label, ENV_MASKS, True, result))
     for label in labels[1:]:
         checks.append(
             Check("actions", CheckKind.CROSS_CARD, label, labels[0], True, _trajectories(cards[label], cards[labels[0]]))

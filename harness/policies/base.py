@@ -35,6 +35,15 @@ NORMALIZER_CLAMP = 5.0
 SDE_EPSILON = 1e-6
 # SB3's preprocess_obs divides image observations by this when normalize_images is set.
 IMAGE_SCALE = 255.0
+# sb3-contrib's MaskableCategorical puts this logit on a masked action (`HUGE_NEG`): finite, so a
+# masked row's scores stay numbers the judge can measure, and below any logit a policy computes.
+MASKED_LOGIT = -1e8
+
+# What a batch feeds a policy besides its observations, after them, in this order
+# (`PolicyInfo.step_inputs`): where a recurrent policy's episodes start (bool, (rows,)), and which
+# actions a masked policy may take (bool, (rows, actions)).
+EPISODE_START = "episode_start"
+ACTION_MASK = "action_mask"
 
 
 class SamplingKind(StrEnum):
@@ -76,6 +85,18 @@ class Sampling:
 
 
 ObsDtype = Literal["float32", "uint8"]
+
+
+@dataclass(frozen=True)
+class Memory:
+    """A recurrent policy's LSTM state, (h, c), each (layers, rows, hidden): carried from step to
+    step of an episode and reset to zeros where one starts, as sb3-contrib's predict does."""
+
+    layers: int
+    hidden: int
+
+    def describe(self) -> str:
+        return f"LSTM {self.layers} x {self.hidden}"
 
 
 @dataclass(frozen=True)
@@ -122,6 +143,13 @@ class PolicyInfo:
     published: PublishedScore | None = None  # the score the policy's files say it was published with on env_id
     env_renamed_from: str = ""  # the id the files named, where gymnasium renamed it env_id (harness/envs/renames.py)
     sampling: Sampling = field(default_factory=Sampling)  # how its stochastic action is drawn
+    memory: Memory | None = None  # a recurrent policy's state
+    masked: bool = False  # takes action masks: a masked action is never chosen
+
+    @property
+    def step_inputs(self) -> tuple[str, ...]:
+        """What a batch feeds besides the observations, after them (`EPISODE_START`, `ACTION_MASK`)."""
+        return ((EPISODE_START,) if self.memory is not None else ()) + ((ACTION_MASK,) if self.masked else ())
 
     @property
     def obs_sizes(self) -> tuple[int, ...]:
@@ -246,14 +274,19 @@ class PolicyNet(nn.Module):
         log_std: nn.Module | None = None,
         normalize_images: bool = False,
         action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
+        memory: nn.LSTM | None = None,
     ) -> None:
         super().__init__()
+        if (memory is None) != (info.memory is None):
+            raise ValueError("a recurrent policy's info describes its LSTM, and only a recurrent policy's does")
         if action_clip is not None and action_bounds is not None:
             raise ValueError("a policy squashes its actions one way: ML-Agents' clip or SB3's tanh, not both")
         self.info = info
         # Registered in the order they run, as the layer search reads them.
         self.normalizer = normalizer
         self.features = features
+        # RecurrentPPO: an LSTM between the features and the body, stepped once per observation.
+        self.memory = memory
         self.body = body
         self.head = head
         # SAC and TQC: the Gaussian's log std is a layer of the body's output (clamped inside it).
@@ -289,18 +322,62 @@ class PolicyNet(nn.Module):
         return self.latent_and_head(*obs)[1]
 
     def latent_and_head(self, *obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The body's output (what gSDE and SAC's log std read, in the compute dtype) and the head's."""
+        """The body's output (what gSDE and SAC's log std read, in the compute dtype) and the head's.
+        A recurrent policy takes each row as the first step of an episode (zero state), as
+        sb3-contrib's predict does without a state."""
+        if self.memory is None:
+            return self._body_and_head(self._features_of(obs))
+        rows = obs[0].shape[0]
+        starts = torch.ones(rows, dtype=torch.bool, device=obs[0].device)
+        latent, head, _ = self.step(obs, self.zero_state(rows), starts)
+        return latent, head
+
+    def zero_state(self, rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A recurrent policy's state before any step: (h, c) zeros, (layers, rows, hidden), in the compute dtype."""
+        if self.memory is None or self.info.memory is None:
+            raise ValueError(f"{self.info.name} is not recurrent: it has no state")
+        shape = (self.info.memory.layers, rows, self.info.memory.hidden)
+        device = next(self.memory.parameters()).device
+        zeros = torch.zeros(shape, dtype=self.compute_dtype, device=device)
+        return zeros, zeros.clone()
+
+    def step(
+        self, obs: tuple[torch.Tensor, ...], state: tuple[torch.Tensor, torch.Tensor], starts: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
+        """One step of a recurrent policy for each row: the latent, the head and the state after it.
+        The state of a row whose episode starts (`starts`, bool (rows,)) is zeroed first, as
+        sb3-contrib's _process_sequence does it: multiplied by (1 - episode_start)."""
+        if self.memory is None:
+            raise ValueError(f"{self.info.name} is not recurrent: it has no state to step")
+        h, c = state
+        keep = (~starts).to(h.dtype).view(1, -1, 1)
+        x = self._features_of(obs).to(self.compute_dtype)
+        out, (h, c) = self.memory(x.unsqueeze(0), (keep * h, keep * c))
+        latent, head = self._body_and_head(out[0])
+        return latent, head, (h, c)
+
+    def _features_of(self, obs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         if len(obs) != len(self.info.inputs):
             raise ValueError(f"{self.info.name} takes {len(self.info.inputs)} observation inputs, got {len(obs)}")
         if self.features is None:
             x = (torch.cat(obs, dim=-1) if len(obs) > 1 else obs[0]).to(self.io_dtype)
             if self.normalizer is not None:
                 x = self.normalizer(x)
-        else:
-            x = self.features(*self._preprocessed(obs))
+            return x
+        out: torch.Tensor = self.features(*self._preprocessed(obs))
+        return out
+
+    def _body_and_head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         latent = self.body(x.to(self.feed_dtype or self.compute_dtype))
         out: torch.Tensor = self.head(latent)
         return latent, out.to(self.io_dtype)
+
+    def masked_scores(self, head_out: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """A masked policy's logits with `MASKED_LOGIT` on every action its row's mask forbids, as
+        sb3-contrib's MaskableCategorical holds them; unmasked policies' head as it is."""
+        if mask is None:
+            return head_out
+        return torch.where(mask, head_out, torch.tensor(MASKED_LOGIT, dtype=head_out.dtype, device=head_out.device))
 
     def _preprocessed(self, obs: tuple[torch.Tensor, ...]) -> list[torch.Tensor]:
         """Each input as the features take it, in the compute dtype. Before that, in the io dtype:

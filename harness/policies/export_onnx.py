@@ -18,6 +18,13 @@ Two layouts:
   preprocessing), and two outputs: the head as a sweep names it (`logits`, `q_values` or `mu`)
   and `deterministic_actions` (the argmax; a Box's action: `mu`, or tanh then the action bounds).
 
+  A recurrent policy (RecurrentPPO) takes one step of each row: its state is explicit, inputs
+  `state_h`, `state_c` ([layers, batch, hidden], as sb3-contrib's predict returns it) and
+  `episode_start` (float32 [batch], 1 where the row's episode starts: the state is multiplied by
+  1 - episode_start first, as sb3-contrib does), and outputs `next_state_h`, `next_state_c`; the
+  LSTM is ONNX's LSTM op, one per layer. A masked policy (MaskablePPO) takes `action_mask` (bool
+  [batch, actions], True where legal) and puts MASKED_LOGIT on the rest before the argmax.
+
 What the harness computes before the body is in the graph too, as constants: the observation
 normalizer (ML-Agents' or VecNormalize's statistics, folded in: Sub, Div, Clip, and Where for a
 Dict's keys that VecNormalize leaves alone), image scaling by 255, the features extractor
@@ -43,7 +50,7 @@ from torch import nn
 
 import harness
 from harness.errors import UsageError
-from harness.policies.base import BatchNorm, ObservationNormalizer, PolicyNet
+from harness.policies.base import MASKED_LOGIT, BatchNorm, ObservationNormalizer, PolicyNet
 from harness.policies.sb3.layers import Combined, NatureCnn
 from harness.policies.sb3.q_networks import QuantileMean
 from harness.policies.vecnormalize import VecNormalizeObs
@@ -58,6 +65,14 @@ OPSETS = range(9, 19)
 MLAGENTS_VERSION = 3.0
 BATCH = "batch"
 DETERMINISTIC = "deterministic_actions"
+# A recurrent policy's state in and out, and its episode starts; a masked policy's masks.
+STATE_IN = ("state_h", "state_c")
+STATE_OUT = ("next_state_h", "next_state_c")
+EPISODE_START = "episode_start"
+ACTION_MASK = "action_mask"
+# torch's LSTM stacks its gates' rows as (input, forget, cell, output); ONNX's as (input, output,
+# forget, cell).
+TORCH_TO_ONNX_GATES = (0, 3, 1, 2)
 # PyTorch's Softplus (beta 1, threshold 20) returns x itself above the threshold; ONNX's
 # Softplus computes log(exp(x) + 1) there, which overflows float32 past 88.
 SOFTPLUS_THRESHOLD = 20.0
@@ -96,6 +111,17 @@ class _Builder:
             return self.op("Clip", [x], name, min=low, max=high)
         bounds = [self.constant(f"{name}.min", np.array(low)), self.constant(f"{name}.max", np.array(high))]
         return self.op("Clip", [x, *bounds], name)
+
+    def unsqueeze(self, x: str, axes: list[int], name: str) -> str:
+        """Unsqueeze and Squeeze keep their axes in an attribute before opset 13, in an input from then on."""
+        if self.opset < 13:
+            return self.op("Unsqueeze", [x], name, axes=axes)
+        return self.op("Unsqueeze", [x, self.constant(f"{name}.axes", np.array(axes), dtype=np.int64)], name)
+
+    def squeeze(self, x: str, axes: list[int], name: str) -> str:
+        if self.opset < 13:
+            return self.op("Squeeze", [x], name, axes=axes)
+        return self.op("Squeeze", [x, self.constant(f"{name}.axes", np.array(axes), dtype=np.int64)], name)
 
     def linear(self, x: str, linear: nn.Linear, name: str) -> str:
         bias: torch.Tensor | None = linear.bias  # None where built with bias=False (ARS)
@@ -185,15 +211,21 @@ def export_onnx(policy: PolicyNet, out: Path, opset: int = DEFAULT_OPSET) -> Non
     for a part this exporter does not write, named."""
     if opset not in OPSETS:
         raise UsageError(f"opset {opset} is not one this exporter writes ({OPSETS.start} to {OPSETS.stop - 1})")
-    b = _Builder(opset)
     info = policy.info
+    b = _Builder(opset)
     if _mlagents_layout(policy):
+        if info.memory is not None:
+            raise UsageError(f"{info.name}: cannot export a recurrent policy in ML-Agents' layout (recurrent_in/out)")
         inputs = [_tensor(f"obs_{i}", TensorProto.FLOAT, [BATCH, size]) for i, size in enumerate(info.obs_sizes)]
         outputs = _mlagents_outputs(b, policy, _network(b, policy, [i.name for i in inputs], "mu"))
     else:
         inputs = [_tensor(i.name, TensorProto.FLOAT, [BATCH, *i.shape]) for i in info.inputs]
-        head = _network(b, policy, [i.name for i in inputs], policy.head_output())
+        inputs += _step_inputs(policy)
+        head = _network(b, policy, [i.name for i in info.inputs], policy.head_output())
         outputs = [_tensor(head, TensorProto.FLOAT, [BATCH, info.action_size]), _action(b, policy, head)]
+        if info.memory is not None:
+            shape: list[int | str] = [info.memory.layers, BATCH, info.memory.hidden]
+            outputs += [_tensor(name, TensorProto.FLOAT, shape) for name in STATE_OUT]
     graph = helper.make_graph(b.nodes, info.name, inputs, outputs, b.initializers)
     model = helper.make_model(
         graph,
@@ -219,8 +251,21 @@ def _mlagents_layout(policy: PolicyNet) -> bool:
     )
 
 
+def _step_inputs(policy: PolicyNet) -> list[onnx.ValueInfoProto]:
+    """A recurrent policy's state and episode starts, a masked policy's masks."""
+    info, inputs = policy.info, []
+    if info.memory is not None:
+        shape: list[int | str] = [info.memory.layers, BATCH, info.memory.hidden]
+        inputs += [_tensor(name, TensorProto.FLOAT, shape) for name in STATE_IN]
+        inputs.append(_tensor(EPISODE_START, TensorProto.FLOAT, [BATCH]))
+    if info.masked:
+        inputs.append(_tensor(ACTION_MASK, TensorProto.BOOL, [BATCH, info.action_size]))
+    return inputs
+
+
 def _network(b: _Builder, policy: PolicyNet, inputs: list[str], head: str) -> str:
-    """Normalizer, image scaling, features (or the inputs' concatenation), body, head: the head's output, named `head`."""
+    """Normalizer, image scaling, features (or the inputs' concatenation), the LSTM of a recurrent
+    policy, body, head, a masked policy's masks: the head's output, named `head`."""
     x = _preprocessed(b, policy, inputs)
     if policy.features is None:
         features = x[0] if len(x) == 1 else b.op("Concat", x, "concat", axis=1)
@@ -232,8 +277,59 @@ def _network(b: _Builder, policy: PolicyNet, inputs: list[str], head: str) -> st
         features = b.op("Concat", parts, "features/Concat", axis=1)
     else:
         features = _emit(b, policy, policy.features, x[0], "features")
+    if policy.memory is not None:
+        features = _lstm(b, policy.memory, features, "memory")
     latent = _emit(b, policy, policy.body, features, "body")
-    return b.rename_output(_emit(b, policy, policy.head, latent, "head"), head)
+    out = _emit(b, policy, policy.head, latent, "head")
+    if policy.info.masked:  # as PolicyNet.masked_scores
+        out = b.op("Where", [ACTION_MASK, out, b.constant("masked_logit", np.array(MASKED_LOGIT))], "head/Masked")
+    return b.rename_output(out, head)
+
+
+def _lstm(b: _Builder, lstm: nn.LSTM, x: str, name: str) -> str:
+    """One step of `lstm` for each row of `x` from the state inputs, each row's state zeroed where
+    its episode starts (as PolicyNet.step): the LSTM's output, [batch, hidden]; the state after
+    the step as the outputs STATE_OUT."""
+    if lstm.bidirectional or lstm.proj_size or not lstm.bias or lstm.batch_first:
+        raise UsageError(f"cannot export {lstm} at {name}: only sb3-contrib's (one direction, biases, no projection)")
+    one = b.constant(f"{name}.one", np.array(1.0))
+    keep = b.op("Sub", [one, EPISODE_START], f"{name}/Keep")
+    keep = b.unsqueeze(keep, [0, 2], f"{name}/KeepAxes")  # [1, batch, 1]
+    h, c = (b.op("Mul", [state, keep], f"{name}/{state}") for state in STATE_IN)
+    seq = b.unsqueeze(x, [0], f"{name}/Sequence")  # a sequence of one step: [1, batch, features]
+    hs, cs = [], []
+    for k in range(lstm.num_layers):
+        layer = f"{name}.l{k}"
+        gates = [
+            getattr(lstm, f"{part}_l{k}").detach().reshape(4, lstm.hidden_size, -1)[list(TORCH_TO_ONNX_GATES)]
+            for part in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        ]
+        weight, recurrence = (
+            b.constant(f"{layer}.{part}", g.reshape(1, 4 * lstm.hidden_size, -1))
+            for part, g in zip(("W", "R"), gates[:2], strict=True)
+        )
+        bias = b.constant(f"{layer}.B", torch.cat([gates[2].reshape(-1), gates[3].reshape(-1)]).reshape(1, -1))
+        index = b.constant(f"{layer}.index", np.array([k]), dtype=np.int64)
+        h0, c0 = (b.op("Gather", [state, index], f"{layer}/{part}0", axis=0) for state, part in ((h, "h"), (c, "c")))
+        outputs = [f"{layer}/Y", f"{layer}/Y_h", f"{layer}/Y_c"]
+        b.nodes.append(
+            helper.make_node(
+                "LSTM",
+                [seq, weight, recurrence, bias, "", h0, c0],
+                outputs,
+                name=f"{layer}/LSTM",
+                hidden_size=lstm.hidden_size,
+            )
+        )
+        seq = b.squeeze(outputs[0], [1], f"{layer}/Out")  # [1, 1, batch, hidden] -> [1, batch, hidden]
+        hs.append(outputs[1])
+        cs.append(outputs[2])
+    for parts, output in zip((hs, cs), STATE_OUT, strict=True):
+        if len(parts) > 1:
+            b.op("Concat", parts, output, axis=0)
+        else:
+            b.op("Identity", parts, output)
+    return b.squeeze(seq, [0], f"{name}/Step")
 
 
 def _preprocessed(b: _Builder, policy: PolicyNet, inputs: list[str]) -> list[str]:

@@ -2,8 +2,9 @@
 
 An ML-Agents continuous actor (`SimpleActor`) is: one running normalizer per observation input,
 the inputs concatenated, a Swish MLP (`LinearEncoder`), a linear `mu`, a free `log_sigma`, and
-the action `clip(mu, -3, 3) / 3`. Each source describes it with `MLAgentsWeights`, so shape
-checks and the torch rebuild live once, here.
+the action `clip(mu, -3, 3) / 3`; or, with one discrete branch, the branch's linear logits, told
+the legal actions by masks. Each source describes it with `MLAgentsWeights`, so shape checks and
+the torch rebuild live once, here.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class MLAgentsWeights:
     mu: tuple[torch.Tensor, torch.Tensor]
     log_sigma: torch.Tensor | None
     action_clip: float | None = ACTION_CLIP
+    discrete: bool = False  # one discrete branch (`mu` its logits), told its legal actions by masks
 
     def __post_init__(self) -> None:
         width = sum(self.obs_sizes)
@@ -64,9 +66,12 @@ class MLAgentsWeights:
     def describe(self) -> str:
         """The body as a person would say it: "2 x 128 SiLU"."""
         hidden = [weight.shape[0] for weight, _ in self.layers]
-        if hidden and len(set(hidden)) == 1:
-            return f"{len(hidden)} x {hidden[0]} SiLU"
-        return f"[{', '.join(map(str, hidden))}] SiLU"
+        body = (
+            f"{len(hidden)} x {hidden[0]} SiLU"
+            if hidden and len(set(hidden)) == 1
+            else f"[{', '.join(map(str, hidden))}] SiLU"
+        )
+        return f"{body}, {self.action_size} discrete actions, action masks" if self.discrete else body
 
     def to_policy(
         self,
@@ -82,7 +87,7 @@ class MLAgentsWeights:
         info = PolicyInfo(
             name=name,
             source=source,
-            action_kind="continuous",
+            action_kind="discrete" if self.discrete else "continuous",
             inputs=tuple(ObsInput(f"obs_{i}", (size,)) for i, size in enumerate(self.obs_sizes)),
             action_size=self.action_size,
             sha256=sha256,
@@ -90,6 +95,7 @@ class MLAgentsWeights:
             onnx_path=onnx_path,
             onnx_outputs=onnx_outputs,
             detail=detail,
+            masked=self.discrete,
         )
         # The random init is overwritten below; loading must not move the caller's global RNG.
         with torch.random.fork_rng(devices=[]):

@@ -6,6 +6,11 @@ The graph is read by walking it from the inputs, the way ML-Agents' exporter lay
           -> Concat -> [Gemm -> Sigmoid -> Mul] x n -> Gemm (mu)
     deterministic_continuous_actions = Clip(mu, -3, 3) / 3
 
+or, for one discrete branch, the last Gemm's logits masked by `action_masks` as
+MultiCategoricalDistribution._mask_branch does (logits * mask - 1e8 * (1 - mask): for masks of 0
+and 1, the harness's masked policy, `PolicyNet.masked_scores`), `deterministic_discrete_actions`
+their argmax. The masked logits and the action are what onnxruntime is compared on.
+
 Anything else is refused with one line naming the file and what was found instead: a partial
 match rebuilt into a wrong module would make every later comparison meaningless. The file
 itself stays the onnxruntime reference (`PolicyInfo.onnx_path`).
@@ -27,6 +32,13 @@ from harness.policies.onnx_model import GraphIndex, OnnxFile, read_model
 
 VERSIONS = (2, 3)  # ModelApiVersion.MLAgents1_0 and MLAgents2_0
 DETERMINISTIC = "deterministic_continuous_actions"
+# What an ML-Agents export may carry that this reader does not read (refused by name, `_unread`):
+# an LSTM's memory ([h | c] in `recurrent_in`/`recurrent_out`, `memory_size` wide) and discrete
+# action branches with their `action_masks`.
+RECURRENT_IN = "recurrent_in"
+ACTION_MASKS = "action_masks"
+DISCRETE_SHAPE = "discrete_action_output_shape"
+DISCRETE_DETERMINISTIC = "deterministic_discrete_actions"
 
 
 def load_mlagents_onnx(path: Path, onnx_file: OnnxFile | None = None) -> PolicyNet:
@@ -37,9 +49,9 @@ def load_mlagents_onnx(path: Path, onnx_file: OnnxFile | None = None) -> PolicyN
     except ValueError as error:  # numpy_helper on a tensor whose data does not fill its shape
         raise PolicyLoadError(path, f"malformed ONNX tensor ({error})") from None
     try:
-        version, weights = _read(graph)
+        version, weights, onnx_outputs = _read(graph)
     except LayoutError as error:
-        raise PolicyLoadError(path, f"not an ML-Agents continuous-action export: {error}") from None
+        raise PolicyLoadError(path, f"not an ML-Agents export this reader reads: {error}") from None
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
     producer = "harness" if model.producer_name == "harness" else "ML-Agents"
     detail = f"{producer} export v{version}, opset {opset}, {weights.describe()}"
@@ -55,8 +67,7 @@ def load_mlagents_onnx(path: Path, onnx_file: OnnxFile | None = None) -> PolicyN
         detail=detail,
         synthetic=synthetic,
         onnx_path=str(path),
-        # A version 2 export has no deterministic output: nothing for onnxruntime to compare.
-        onnx_outputs=((DETERMINISTIC, "action"),) if DETERMINISTIC in graph.outputs else (),
+        onnx_outputs=onnx_outputs,
     )
 
 
@@ -89,10 +100,13 @@ class _Graph(GraphIndex):
         return bounds[0], bounds[1]
 
 
-def _read(graph: _Graph) -> tuple[int, MLAgentsWeights]:
+def _read(graph: _Graph) -> tuple[int, MLAgentsWeights, tuple[tuple[str, str], ...]]:
+    """The version, the weights, and the graph tensors onnxruntime is compared on (by the harness's names)."""
     version = _version(graph)
-    if DETERMINISTIC not in graph.outputs and "continuous_actions" not in graph.outputs:
-        raise LayoutError(f"no continuous action output (outputs: {graph.outputs}); discrete ones are not supported")
+    _unread(graph)
+    discrete = DISCRETE_DETERMINISTIC in graph.outputs
+    if not discrete and DETERMINISTIC not in graph.outputs and "continuous_actions" not in graph.outputs:
+        raise LayoutError(f"no action output (outputs: {graph.outputs})")
     obs_sizes = _obs_sizes(graph)
     x, normalizer = _encoder(graph, obs_sizes)
     layers = []
@@ -105,28 +119,76 @@ def _read(graph: _Graph) -> tuple[int, MLAgentsWeights]:
         layers.append(weight_bias)
         x = swish
     mu = gemm.output[0]
+    if discrete:
+        logits = _masked_logits(graph, mu, weight_bias[0].shape[0])
+        weights = MLAgentsWeights(obs_sizes, normalizer, layers, weight_bias, None, None, discrete=True)
+        return version, weights, ((logits, "logits"), (DISCRETE_DETERMINISTIC, "action"))
     log_sigma = _log_sigma(graph)
-    return version, MLAgentsWeights(obs_sizes, normalizer, layers, weight_bias, log_sigma, _action_clip(graph, mu))
+    weights = MLAgentsWeights(obs_sizes, normalizer, layers, weight_bias, log_sigma, _action_clip(graph, mu))
+    # A version 2 export has no deterministic output: nothing for onnxruntime to compare.
+    return version, weights, ((DETERMINISTIC, "action"),) if DETERMINISTIC in graph.outputs else ()
+
+
+def _masked_logits(graph: _Graph, logits: str, actions: int) -> str:
+    """The branch's logits after _mask_branch: `logits` times the masks (`action_masks`, through a
+    Slice of its columns or as it is), then less 1e8 times the blocked ones (a Sub)."""
+    masks = next(value for value in graph.inputs if value.name == ACTION_MASKS)
+    dims = masks.type.tensor_type.shape.dim
+    if len(dims) != 2 or dims[1].dim_value != actions:
+        raise LayoutError(f"{ACTION_MASKS} is {[d.dim_value or d.dim_param for d in dims]}, expected [batch, {actions}]")
+    mul = graph.only_consumer(logits, ("Mul",))
+    (mask,) = [name for name in mul.input if name != logits] or [logits]
+    while mask != ACTION_MASKS and mask in graph.producer and graph.producer[mask].op_type in ("Slice", "Identity", "Cast"):
+        mask = graph.producer[mask].input[0]
+    if mask != ACTION_MASKS:
+        raise LayoutError(f"the logits {logits!r} are multiplied by {mul.input[1]!r}, expected {ACTION_MASKS}")
+    return graph.only_consumer(mul.output[0], ("Sub",)).output[0]
 
 
 def _version(graph: _Graph) -> int:
     if "version_number" not in graph.outputs:
         raise LayoutError(f"no version_number output (outputs: {graph.outputs})")
-    name = "version_number"
-    while name not in graph.constants and name in graph.producer and graph.producer[name].op_type == "Identity":
-        name = graph.producer[name].input[0]
-    value = graph.constant(name, "version_number").reshape(-1)
-    if value.size != 1 or int(value[0]) not in VERSIONS:
-        raise LayoutError(f"model version {value.tolist()}, supported: {', '.join(map(str, VERSIONS))}")
+    value = _constant_of(graph, "version_number")
+    if len(value) != 1 or int(value[0]) not in VERSIONS:
+        raise LayoutError(f"model version {value}, supported: {', '.join(map(str, VERSIONS))}")
     return int(value[0])
 
 
+def _unread(graph: _Graph) -> None:
+    """LayoutError naming a memory or discrete branches: read as a feed-forward continuous actor,
+    either would be misread (the LSTM skipped, the masks ignored)."""
+    inputs = [value.name for value in graph.inputs]
+    problems = []
+    memory = _constant_of(graph, "memory_size")
+    if RECURRENT_IN in inputs or any(memory):
+        size = ", ".join(f"{m:g}" for m in memory) or "?"
+        problems.append(f"a memory ({RECURRENT_IN}/recurrent_out, memory_size {size}: an LSTM's [h | c]) is not read")
+    branches = [int(n) for n in _constant_of(graph, DISCRETE_SHAPE)]
+    if len(branches) > 1:
+        problems.append(f"discrete action branches {branches} (multi-discrete actions) are not read")
+    elif (DISCRETE_DETERMINISTIC in graph.outputs) != (ACTION_MASKS in inputs):
+        problems.append(
+            f"discrete actions are read with their {ACTION_MASKS} and {DISCRETE_DETERMINISTIC}, not one without the other"
+        )
+    if problems:
+        raise LayoutError("; ".join(problems))
+
+
+def _constant_of(graph: _Graph, output: str) -> list[float]:
+    """The values of a constant output (through Identity nodes); [] where it is computed or absent."""
+    name = output
+    while name not in graph.constants and name in graph.producer and graph.producer[name].op_type == "Identity":
+        name = graph.producer[name].input[0]
+    return [float(v) for v in graph.constants[name].reshape(-1)] if name in graph.constants else []
+
+
 def _obs_sizes(graph: _Graph) -> tuple[int, ...]:
-    names = [value.name for value in graph.inputs]
+    observations = [value for value in graph.inputs if value.name != ACTION_MASKS]
+    names = [value.name for value in observations]
     if names != [f"obs_{i}" for i in range(len(names))] or not names:
-        raise LayoutError(f"inputs {names}, expected obs_0..obs_k (recurrent or masked models are not supported)")
+        raise LayoutError(f"inputs {names}, expected obs_0..obs_k (and {ACTION_MASKS} for discrete actions)")
     sizes = []
-    for value in graph.inputs:
+    for value in observations:
         dims = value.type.tensor_type.shape.dim
         if len(dims) != 2 or not dims[1].HasField("dim_value"):
             shape = [d.dim_value if d.HasField("dim_value") else d.dim_param for d in dims]

@@ -64,6 +64,7 @@ class OnnxReference:
 
     session: onnxruntime.InferenceSession
     inputs: list[str]
+    dtypes: list[np.dtype]  # of each input, as the graph declares it
     outputs: dict[str, str]  # graph tensor -> "logits", "mu" or "action"
     batch: int | None  # the batch size the graph's inputs fix; None: any
     discrete: bool
@@ -77,8 +78,10 @@ class OnnxReference:
         if rows % step:
             raise ValueError(f"the graph takes batches of exactly {step} rows, got {rows}")
         names = list(self.outputs)
+        # A batch's masks are bool; a graph may take them as numbers (ML-Agents' action_masks: 1 where legal).
+        feed = [x.astype(dtype) if x.dtype == np.bool_ else x for x, dtype in zip(obs, self.dtypes, strict=True)]
         parts = [
-            self.session.run(names, {n: x[i : i + step] for n, x in zip(self.inputs, obs, strict=True)})
+            self.session.run(names, {n: x[i : i + step] for n, x in zip(self.inputs, feed, strict=True)})
             for i in range(0, rows, step)
         ]
         values = {self.outputs[name]: np.concatenate([part[k] for part in parts]) for k, name in enumerate(names)}
@@ -113,7 +116,8 @@ def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
     inputs = GraphIndex(model.graph).inputs
     first = inputs[0].type.tensor_type.shape.dim[0]
     batch = first.dim_value if first.HasField("dim_value") else None
-    return OnnxReference(session, [value.name for value in inputs], outputs, batch, info.action_kind == "discrete")
+    dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)) for value in inputs]
+    return OnnxReference(session, [value.name for value in inputs], dtypes, outputs, batch, info.action_kind == "discrete")
 
 
 def _is_mlagents(model: onnx.ModelProto) -> bool:

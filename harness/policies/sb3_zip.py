@@ -25,7 +25,7 @@ import torch
 
 from harness.errors import PolicyLoadError
 from harness.files import sha256_of
-from harness.policies.base import ObsInput, PolicyInfo, PolicyNet
+from harness.policies.base import Memory, ObsInput, PolicyInfo, PolicyNet
 from harness.policies.loader import Peek, PolicyFormat, PolicySpec
 from harness.policies.policy_files import PLAIN, find_env, find_vecnormalize
 from harness.policies.sb3 import actor_critic, ars, q_networks, sac, td3
@@ -82,13 +82,20 @@ FAMILIES: dict[PolicyClass, Family] = {
     PolicyClass("sb3_contrib.crossq.policies", "CrossQPolicy"): Family(sac.crossq, FLATTEN, "CrossQ"),
     PolicyClass("sb3_contrib.ars.policies", "ARSPolicy"): Family(ars.build, FLATTEN, "ARS"),
     PolicyClass("sb3_contrib.ars.policies", "ARSLinearPolicy"): Family(ars.build, FLATTEN, "ARS"),
+    **_variants(
+        "sb3_contrib.common.recurrent.policies",
+        ("RecurrentActorCriticPolicy", "RecurrentActorCriticCnnPolicy", "RecurrentMultiInputActorCriticPolicy"),
+        actor_critic.recurrent,
+        "RecurrentPPO",
+    ),
+    **_variants(
+        "sb3_contrib.common.maskable.policies",
+        ("MaskableActorCriticPolicy", "MaskableActorCriticCnnPolicy", "MaskableMultiInputActorCriticPolicy"),
+        actor_critic.maskable,
+        "MaskablePPO",
+    ),
 }
 SUPPORTED = ", ".join(dict.fromkeys(f.algorithms for f in FAMILIES.values())) + " (Mlp, Cnn and MultiInput policies)"
-# Feed-forward networks of another kind, refused with the reason, by the module that holds them.
-REFUSED = {
-    "sb3_contrib.common.recurrent.policies": "recurrent (RecurrentPPO): its LSTM state is carried between steps",
-    "sb3_contrib.common.maskable.policies": "MaskablePPO's: its action masks come from the environment",
-}
 
 
 class Sb3Zip(PolicyFormat):
@@ -149,6 +156,8 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
         env_setup=env.setup if env is not None else PLAIN,
         published=env.published if env is not None else None,
         sampling=actor.sampling,
+        memory=Memory(actor.memory.num_layers, actor.memory.hidden_size) if actor.memory is not None else None,
+        masked=actor.masked,
     )
     return PolicyNet(
         info,
@@ -160,6 +169,7 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
         log_std=actor.log_std,
         normalize_images=actor.features.normalize_images,
         action_bounds=_bounds(path, save.action) if actor.squashed else None,
+        memory=actor.memory,
     )
 
 
@@ -167,8 +177,8 @@ def _family(path: Path, cls: PolicyClass) -> Family:
     family = FAMILIES.get(cls)
     if family is not None:
         return family
-    why = REFUSED.get(cls.module, "not a policy class this loader knows")
-    raise PolicyLoadError(path, f"policy class {cls.describe()} is not supported ({why}); supported: {SUPPORTED}")
+    problem = f"policy class {cls.describe()} is not supported (not a policy class this loader knows)"
+    raise PolicyLoadError(path, f"{problem}; supported: {SUPPORTED}")
 
 
 def _bounds(path: Path, action: ActionSpace) -> tuple[torch.Tensor, torch.Tensor]:

@@ -271,6 +271,18 @@ WHERE run_id = $run_id AND kind = '{CheckKind.CPU_REFERENCE}' AND output IN {HEA
 GROUP BY policy, dtype, output ORDER BY policy, {dtype_order()}
 """
 
+STATE_SQL = f"""
+SELECT policy, dtype, device_a AS card, split_part(output, '@', 1) AS state, split_part(output, '@', 2) AS steps,
+       printf('%.3g', max(error_ratio)) AS "error_ratio (max)", printf('%.3g', max(golden_rmse)) AS "RMSE vs golden (max)",
+       printf('%.3g', max(cpu_golden_rmse)) AS "the CPU's (max)", printf('%.3g', max(max_abs)) AS "max_abs vs golden (max)",
+       CASE WHEN bool_and(passed) THEN 'within' ELSE 'beyond ' || count(*) FILTER (NOT passed) END AS "port rule"
+FROM checks
+WHERE run_id = $run_id AND kind = '{CheckKind.CPU_REFERENCE}' AND output LIKE 'state_%@%'
+GROUP BY policy, dtype, device_a, output
+ORDER BY policy, {dtype_order()}, device_a, split_part(output, '@', 1),
+         try_cast(split_part(split_part(output, '@', 2), '-', 1) AS INTEGER)
+"""
+
 CLOSED_LOOP_SQL = f"""
 WITH parting AS (
     SELECT policy, dtype, mode, batching, device, count(*) AS n, count(first_divergent_step) AS parted,
@@ -331,6 +343,12 @@ def build_report(con: duckdb.DuckDBPyConnection, run_id: str, results: Path) -> 
                 "Is the port right: the head's error against the float64 golden, over the CPU's own in that dtype",
                 _rows(con, PRECISION_SQL, run_id),
                 "no cpu_reference checks of the policy's head",
+            ),
+            Section(
+                "A recurrent policy's state against the float64 golden, by the steps its episode has run: does its error "
+                "stay bounded? (findings; the whole state gates)",
+                _rows(con, STATE_SQL, run_id),
+                "no recurrent policy in this run",
             ),
             Section(
                 "Closed loop: returns as distributions (mean and IQM with 95% intervals), the paired difference against "

@@ -40,6 +40,7 @@ from harness.judge.verdicts import (
 )
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import GOLDEN_DTYPE
+from harness.policies.base import ACTION_MASK, EPISODE_START
 from harness.run.place import Placement
 from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
 from harness.store.schema import CheckRow, EpisodeRow
@@ -169,7 +170,10 @@ def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathere
     work, refs = unit.work, got.references
     match work:
         case BatchWork():
-            return judge_batch(rules, work.batch.noise, got.cards, refs[Role.GOLDEN], refs[Role.SAME], refs[Role.FLOAT32]), []
+            step_inputs = work.batch.step_input(ACTION_MASK), work.batch.step_input(EPISODE_START)
+            return judge_batch(
+                rules, work.batch.noise, got.cards, refs[Role.GOLDEN], refs[Role.SAME], refs[Role.FLOAT32], *step_inputs
+            ), []
         case InvarianceWork():
             rows = {
                 label: (alone, {name: value[: work.rows] for name, value in got.inside[label].items()})
@@ -180,7 +184,7 @@ def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathere
         case LoaderWork():
             return judge_onnx(rules, refs[Role.ONNX], refs[Role.FLOAT32], refs[Role.GOLDEN]), []
         case EpisodeWork():
-            checks, steps = judge_episodes(got.cards, refs[Role.FLOAT32], refs[Role.HONEST])
+            checks, steps = judge_episodes(got.cards, refs[Role.FLOAT32], refs[Role.HONEST], rules.masked)
             return checks, episode_rows(unit, work, got.cards, refs[Role.FLOAT32], refs[Role.HONEST], steps)
         case _:
             assert_never(work)

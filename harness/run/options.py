@@ -241,7 +241,7 @@ class SweepConfig(CommonOptions):
     inject_fault: list[str] = option(
         "--inject-fault",
         "fault for negative tests, card<N>:KIND or all:KIND; KIND: ulp-noise (an honest card), perturb-weight, "
-        "corrupt-weight, reduced-fp32, fp16-accumulate, action-bias[=SIZE], noisy-sampler[=SIZE], mkl-avx2, "
+        "corrupt-weight, reduced-fp32, fp16-accumulate, action-bias[=SIZE], noisy-sampler[=SIZE], ignore-masks, mkl-avx2, "
         "crash-once, crash-always, hang-once, hang; repeatable",
         [],
         "append",
@@ -372,8 +372,8 @@ class BenchConfig(CommonOptions):
     inject_fault: list[str] = option(
         "--inject-fault",
         "fault in the timed path only, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
-        "fp16-accumulate, ulp-noise, action-bias[=SIZE], noisy-sampler[=SIZE]; the audit against the sweep's path "
-        "must then fail; repeatable",
+        "fp16-accumulate, ulp-noise, action-bias[=SIZE], noisy-sampler[=SIZE], ignore-masks; the audit against the "
+        "sweep's path must then fail; repeatable",
         [],
         "append",
         metavar="SPEC",

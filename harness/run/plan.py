@@ -30,6 +30,9 @@ UNIFORM_BATCH = 4096
 # up to 64 values wide, and 64 rows of an 84x84x4 Atari image rather than 4096 (115 MB, and a
 # float64 golden forward of a minute on one core).
 UNIFORM_VALUES = UNIFORM_BATCH * 64
+# A recurrent policy's batch is one sequence, a forward per row (a millisecond each on one core):
+# its uniform batch is this many steps, over 1000 of them in its first episode (workloads.episode_starts).
+RECURRENT_STEPS = 1152
 # A large batch's first rows are also computed as batches of these sizes (batch invariance).
 INVARIANCE_ROWS = (1, 8)
 # The loader check (onnx_reference) compares float32 implementations, whatever the cards run.
@@ -245,7 +248,10 @@ def plan_batches(config: SweepConfig, policy: PolicyNet) -> list[ObsBatch]:
 
 
 def uniform_rows(info: PolicyInfo) -> int:
-    """Rows of the uniform batch: UNIFORM_BATCH, fewer for wide observations (never below EDGE_BATCH)."""
+    """Rows of the uniform batch: UNIFORM_BATCH, fewer for wide observations (never below EDGE_BATCH);
+    a recurrent policy's is one sequence of RECURRENT_STEPS."""
+    if info.memory is not None:
+        return RECURRENT_STEPS
     return int(min(UNIFORM_BATCH, max(EDGE_BATCH, UNIFORM_VALUES // info.obs_size)))
 
 

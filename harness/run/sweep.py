@@ -25,7 +25,7 @@ from tqdm import tqdm
 from harness.devices import Kind, resolve_accelerator
 from harness.dtypes import reduced_label
 from harness.errors import InfrastructureError, UsageError, first_line
-from harness.inference.fault_specs import Fault, refuse_absent_cards
+from harness.inference.fault_specs import Fault, refuse_absent_cards, refuse_maskless
 from harness.inference.forward import head_name
 from harness.inference.runner import Described
 from harness.judge.kinds import CheckKind
@@ -87,6 +87,7 @@ def _claimed(config: SweepConfig, command: str, held: ExitStack, phases: Phases)
         refuse_absent_cards(faults, planned_cards(kind, config), cards_source(config))
         specs, policies = load_policies(config)
         check_plan(config.kept, {key: precision_layers(p) for key, p in policies.items()}, config.dtypes)
+        refuse_maskless(faults, any(p.info.masked for p in policies.values()), list(policies))
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
         writer = RunWriter(
@@ -319,7 +320,15 @@ def _stage_verdicts(closed: ClosedLoop, writer: Stager, done: set[str]) -> None:
 def unit_rules(config: SweepConfig, unit: Unit, policy: PolicyNet) -> Rules:
     """What a unit of `policy` is judged by: its dtype's limits and tolerance, the policy's outputs."""
     tolerance, user_set = tolerance_of(unit.dtype, config.tolerances)
-    return Rules(unit.dtype, config.limits, tolerance, user_set, policy.bounded_outputs(), scores=head_name(policy))
+    return Rules(
+        unit.dtype,
+        config.limits,
+        tolerance,
+        user_set,
+        policy.bounded_outputs(),
+        scores=head_name(policy),
+        masked=policy.info.masked,
+    )
 
 
 class Stager(Protocol):

@@ -1,14 +1,20 @@
-"""PPO, A2C and TRPO: SB3's ActorCriticPolicy (MlpPolicy, CnnPolicy, MultiInputPolicy).
+"""PPO, A2C and TRPO: SB3's ActorCriticPolicy (MlpPolicy, CnnPolicy, MultiInputPolicy); and
+sb3-contrib's two kinds of it, RecurrentPPO's and MaskablePPO's.
 
 The actor path is features -> shared layers (SB3 1.x) -> policy layers -> `action_net`; the
 critic (value_net, the value layers, a separate vf_features_extractor) is not read. A Box
 action's log std is a free `log_std`: (actions,) for a Gaussian, (latent, actions or 1) with
 gSDE, whose exploration matrix multiplies the policy layers' output; gSDE may squash with tanh.
+
+RecurrentActorCriticPolicy puts an LSTM (`lstm_actor`) between the features and the policy
+layers; the critic's (`lstm_critic` with enable_critic_lstm, the actor's own with shared_lstm,
+else a Linear `critic`) is not read. MaskableActorCriticPolicy is the same network, its
+Categorical told which actions are legal.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -27,6 +33,10 @@ DEFAULT_PI = [64, 64]
 SHARED = "mlp_extractor.shared_net."
 PI = "mlp_extractor.policy_net."
 CRITIC = ("mlp_extractor.value_net.", "value_net.", "vf_features_extractor.")
+LSTM = "lstm_actor."
+RECURRENT_CRITIC = ("lstm_critic.", "critic.")
+# sb3-contrib's RecurrentActorCriticPolicy's lstm_hidden_size when policy_kwargs leave it out.
+DEFAULT_LSTM_HIDDEN = 256
 
 
 @dataclass(frozen=True)
@@ -45,6 +55,20 @@ class Arch:
 
 
 def build(save: Save) -> Actor:
+    return _build(save, recurrent=False)
+
+
+def recurrent(save: Save) -> Actor:
+    return _build(save, recurrent=True)
+
+
+def maskable(save: Save) -> Actor:
+    save.check_actions("discrete")
+    actor = _build(save, recurrent=False)
+    return replace(actor, masked=True, detail=f"{actor.detail}, action masks")
+
+
+def _build(save: Save, recurrent: bool) -> Actor:
     weights = save.weights
     # 2.x names the actor's extractor pi_features_extractor and keeps features_extractor, the
     # same module, beside it; 1.x has only features_extractor.
@@ -53,16 +77,48 @@ def build(save: Save) -> Actor:
     features = save.features(prefix)
     activation = save.activation(DEFAULT_ACTIVATION)
     arch = _arch(save, has_shared=any(k.startswith(SHARED) for k in weights.state))
-    sizes = [features.size, *arch.hidden, save.action.size]
+    memory = lstm(save, features.size) if recurrent else None
+    sizes = [memory.hidden_size if memory is not None else features.size, *arch.hidden, save.action.size]
     layers = _actor_layers(weights, sizes, arch)
     body = mlp_of(layers[:-1], activation)
     head = layers[-1]
     sampling, log_sigma, squashed = _distribution(save, latent=sizes[-2])
-    weights.check_all_taken((*CRITIC, "features_extractor.") if pi_features else CRITIC, "an actor-critic policy")
-    parts = [save.policy_class.name, *([features.detail] if features.detail else []), activation, arch.describe()]
+    critic = (*CRITIC, *RECURRENT_CRITIC) if recurrent else CRITIC
+    weights.check_all_taken((*critic, "features_extractor.") if pi_features else critic, "an actor-critic policy")
+    parts = [save.policy_class.name, *([features.detail] if features.detail else []), activation]
+    if memory is not None:
+        parts.append(f"LSTM {memory.num_layers} x {memory.hidden_size}")
+    parts.append(arch.describe())
     if squashed:
         parts.append("tanh-squashed")
-    return Actor(features, body, head, sampling, log_sigma, squashed=squashed, detail=", ".join(parts))
+    return Actor(features, body, head, sampling, log_sigma, squashed=squashed, detail=", ".join(parts), memory=memory)
+
+
+def lstm(save: Save, n_in: int) -> nn.LSTM:
+    """`lstm_actor`: its layers and width from policy.pth, checked against n_lstm_layers and
+    lstm_hidden_size where data states them (sb3-contrib's defaults where it does not)."""
+    weights, path = save.weights, save.path
+    if not weights.has(f"{LSTM}weight_hh_l0"):
+        raise PolicyLoadError(path, f"policy.pth has no {LSTM}weight_hh_l0: a recurrent policy without its LSTM")
+    hidden = weights.state[f"{LSTM}weight_hh_l0"].shape[-1]
+    layers = 0
+    while weights.has(f"{LSTM}weight_ih_l{layers}"):
+        layers += 1
+    for name, held, default in (("lstm_hidden_size", hidden, DEFAULT_LSTM_HIDDEN), ("n_lstm_layers", layers, 1)):
+        declared = save.number(name, default)
+        if declared != held:
+            raise PolicyLoadError(path, f"policy.pth's LSTM has {name} {held}, but data declares {declared:g}")
+    module = nn.LSTM(n_in, hidden, num_layers=layers)
+    why = f"an LSTM of {layers} layers, {n_in} features in, {hidden} wide"
+    state = {}
+    for k in range(layers):
+        width = n_in if k == 0 else hidden
+        for name, shape in (("weight_ih", (4 * hidden, width)), ("weight_hh", (4 * hidden, hidden))):
+            state[f"{name}_l{k}"] = weights.take(f"{LSTM}{name}_l{k}", shape, why)
+        for name in ("bias_ih", "bias_hh"):
+            state[f"{name}_l{k}"] = weights.take(f"{LSTM}{name}_l{k}", (4 * hidden,), why)
+    module.load_state_dict(state)
+    return module
 
 
 def _arch(save: Save, has_shared: bool) -> Arch:

@@ -34,6 +34,9 @@ READ = {
     "with_bias": "ARS's biases: the weights hold them or not",
     "batch_norm": "CrossQ's batch renormalization layers, checked against the weights",
     "batch_norm_eps": "the epsilon of CrossQ's batch renormalization",
+    "lstm_hidden_size": "RecurrentPPO's LSTM width, checked against the weights",
+    "n_lstm_layers": "RecurrentPPO's LSTM layers, checked against the weights",
+    "lstm_kwargs": "RecurrentPPO's LSTM options: none is read, so only an empty one is taken",
 }
 """Keys that decide the actor's forward, each read by the family that takes it."""
 
@@ -45,6 +48,8 @@ NOT_IN_THE_FORWARD = {
     "n_critics": "the critics, which are not read",
     "batch_norm_momentum": "how CrossQ's statistics moved while training",
     "renorm_warmup_steps": "when CrossQ's training switched to its running statistics",
+    "shared_lstm": "whether RecurrentPPO's critic reads the actor's LSTM",
+    "enable_critic_lstm": "whether RecurrentPPO's critic has an LSTM of its own",
 }
 """Keys a policy takes that do not change what its actor computes from an observation."""
 
@@ -57,9 +62,11 @@ def check_policy_kwargs(path: Path, kwargs: dict[str, Any]) -> None:
     """Refuse (PolicyLoadError, by name) any policy_kwargs key that is not known to leave the
     actor as the loader rebuilds it."""
     for key, value in kwargs.items():
-        if key in SERIALIZED or key in READ or key in NOT_IN_THE_FORWARD:
+        if key in SERIALIZED or (key in READ and key != "lstm_kwargs") or key in NOT_IN_THE_FORWARD:
             continue
         if key == "sde_net_arch" and value is None:  # SB3 < 1.3: None is gSDE's plain latent
+            continue
+        if key == "lstm_kwargs" and not value:
             continue
         known = ", ".join([*READ, *NOT_IN_THE_FORWARD])
         raise PolicyLoadError(

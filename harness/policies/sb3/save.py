@@ -74,3 +74,5 @@ class Actor:
     log_std: nn.Module | None = None  # SAC's: a layer of the body's output
     squashed: bool = False  # tanh, then rescaled to the action space's bounds (SB3's unscale_action)
     detail: str = ""  # e.g. "DQN q_net, ReLU, [64, 64]"
+    memory: nn.LSTM | None = None  # RecurrentPPO's LSTM, between the features and the body
+    masked: bool = False  # MaskablePPO's: chooses among the actions a mask allows

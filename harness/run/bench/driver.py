@@ -28,7 +28,7 @@ from tqdm import tqdm
 from harness.devices import Kind, resolve_accelerator
 from harness.envs.registry import check_env
 from harness.envs.spec import EnvSpec
-from harness.inference.fault_specs import Fault, refuse_absent_cards
+from harness.inference.fault_specs import Fault, refuse_absent_cards, refuse_maskless
 from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
 from harness.run.bench.audit import audit
@@ -78,6 +78,7 @@ def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -
         kind = resolve_accelerator(config.accelerator)
         check_cards(config.cards, kind, cluster_address(config.address))
         specs, policies = load_policies(config)
+        refuse_maskless(config.faults, any(p.info.masked for p in policies.values()), list(policies))
         check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
         writer = RunWriter(held.enter_context(claim_run_id(results, config.run_id, command=command)))
         run_id = writer.run_id
