@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from harness.devices import resolve_accelerator
 from harness.dtypes import kept_label
 from harness.errors import UsageError
 from harness.judge.kinds import CheckKind
-from harness.policies import PolicyNet
+from harness.policies import PolicyNet, PolicySpec
 from harness.policies.keep_float32 import precision_layers
 from harness.run.gather import Watch
 from harness.run.lifecycle import ray_cluster
@@ -108,6 +109,29 @@ def rerun_config(
     return validate(step)
 
 
+@contextmanager
+def rerun_actors(
+    step: SweepConfig, specs: list[PolicySpec], policies: dict[str, PolicyNet], folder: Path, phases: Phases
+) -> Iterator[tuple[Placement, Watch]]:
+    """The run's cards, with their faults (marker files under `folder`), and its CPU reference,
+    placed again for a rerun (`step`), and the watch over them; Ray's for the length of the `with`."""
+    kind = resolve_accelerator(step.accelerator)
+    with ray_cluster(step.address, kind, step.cards, phases) as joined:
+        with phases("actors"):
+            placement = place_sweep(
+                kind,
+                joined.n_cards,
+                step.placement,
+                specs,
+                step.threads,
+                step.precision,
+                step.faults,
+                folder / "faults",
+                policies,
+            )
+        yield placement, Watch(placement, step.hang_timeout, phases["actors"])
+
+
 def diagnose(results: Path, run_id: str, address: str | None) -> Path | None:
     """Search a plan for every failing (policy, dtype) of run `run_id`; write it and return its
     path (None where nothing a plan can mend failed)."""
@@ -132,24 +156,10 @@ def diagnose(results: Path, run_id: str, address: str | None) -> Path | None:
 
 def _search_all(step: SweepConfig, folder: Path, todo: list[Failing]) -> list[KeptLayers]:
     """Each failing (policy, dtype)'s plan, searched in turn on actors placed once for all."""
-    kind = resolve_accelerator(step.accelerator)
     specs, policies = load_policies(step)
     inputs = {key: plan_inputs(step, policy) for key, policy in policies.items()}
     phases = Phases()
-    with ray_cluster(step.address, kind, step.cards, phases) as joined:
-        with phases("actors"):
-            placement = place_sweep(
-                kind,
-                joined.n_cards,
-                step.placement,
-                specs,
-                step.threads,
-                step.precision,
-                step.faults,
-                folder / "faults",
-                policies,
-            )
-        watch = Watch(placement, step.hang_timeout, phases["actors"])
+    with rerun_actors(step, specs, policies, folder, phases) as (placement, watch):
         return [_search(step, placement, watch, policies, inputs, failed, phases) for failed in todo]
 
 

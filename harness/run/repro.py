@@ -26,17 +26,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import ray
 
-from harness.devices import resolve_accelerator
 from harness.dtypes import MANTISSA_BITS, base_dtype, precision_of
 from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.torchscript import output_names
 from harness.judge.kinds import CheckKind
-from harness.run.diagnose import rerun_config, stored_config
+from harness.run.diagnose import rerun_actors, rerun_config, stored_config
 from harness.run.dispatch import Role, judge, submit
-from harness.run.gather import Watch, gather
-from harness.run.lifecycle import ray_cluster
+from harness.run.gather import gather
 from harness.run.phases import Phases
-from harness.run.place import place_sweep
 from harness.run.plan import BatchWork, Unit, load_policies, plan_inputs
 from harness.run.repro_script import weights_sha256
 from harness.run.sweep import unit_rules
@@ -98,22 +95,7 @@ def repro(results: Path, run_id: str, wanted: Wanted, address: str | None, copy_
         )
     unit = Unit(row["unit_id"], row["policy"], row["dtype"], BatchWork(batch))
     folder = inside(results, results / "repro" / run_id / _slug(row))
-    kind = resolve_accelerator(step.accelerator)
-    phases = Phases()
-    with ray_cluster(step.address, kind, step.cards, phases) as joined:
-        with phases("actors"):
-            placement = place_sweep(
-                kind,
-                joined.n_cards,
-                step.placement,
-                specs,
-                step.threads,
-                step.precision,
-                step.faults,
-                folder / "faults",
-                policies,
-            )
-        watch = Watch(placement, step.hang_timeout, phases["actors"])
+    with rerun_actors(step, specs, policies, folder, Phases()) as (placement, watch):
         labels = [c.label for c in placement.cards]
         if row["device_a"] not in labels:
             raise UsageError(f"{run_id}: its card {row['device_a']} is not among this cluster's ({', '.join(labels)})")
