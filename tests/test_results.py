@@ -150,7 +150,7 @@ def test_a_toy_check_kind_fails_mypy_until_handled_then_is_a_column(tmp_path: Pa
     )
     _replace(results, "| ReturnComparison\n", "| ReturnComparison | ToyComparison\n")
     _replace(results, "    | type[ReturnComparison]\n", "    | type[ReturnComparison]\n    | type[ToyComparison]\n")
-    _replace(results, "    ReturnComparison,\n)", "    ReturnComparison,\n    ToyComparison,\n)")
+    _replace(results, ",\n)\n\n\ndef result_types", ",\n    ToyComparison,\n)\n\n\ndef result_types")
     _replace(
         results,
         "        case _:\n            assert_never(kind)",

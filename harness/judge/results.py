@@ -34,12 +34,12 @@ Result = (
 )
 ResultType = (
     type[Comparison]
-    | type[FirstNonFinite]
     | type[ToleranceComparison]
     | type[GoldenComparison]
     | type[DecisionComparison]
     | type[EpisodeComparison]
     | type[ReturnComparison]
+    | type[FirstNonFinite]
     | type[MaskComparison]
 )
 
