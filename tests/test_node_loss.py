@@ -202,7 +202,6 @@ def assert_incomplete_and_kept(killed: Killed, results: Path, run_id: str) -> No
     assert not (results / "checks").exists(), "an incomplete run publishes no checks"
 
 
-@pytest.mark.ray_recovery
 def test_a_lost_card_node_ends_the_run_incomplete_and_resume_completes_it(
     nodes: Nodes, clean: Counter[tuple[object, ...]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
