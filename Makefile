@@ -55,11 +55,8 @@ $(VENV)/.installed: pyproject.toml $(INSTALL)
 sweep: venv
 	$(VENV)/bin/harness sweep $(ARGS)
 
-# The suite in TEST_WORKERS processes (pytest-xdist), each test file whole in one of them: its Ray
-# tests mostly wait on Ray, so two share 2 cores with little loss to either (each its own cluster).
-TEST_WORKERS ?= 2
 test: venv
-	$(PY) -m pytest -q -ra --durations=25 -n $(TEST_WORKERS) --dist loadfile $(ARGS)
+	$(PY) -m pytest -q -ra --durations=25 $(ARGS)
 
 # The code's own checks, configured in pyproject.toml: ruff (lint and format), mypy, the layering.
 lint: venv

@@ -19,12 +19,12 @@ case $part in all | quick | ray) ;; *) echo "usage: $0 VENV [all|quick|ray] [pyt
 print('torch', torch.__version__, '| torch-npu', v('torch-npu'), '| ray', v('ray'), '| fp32_precision API:', hasattr(torch.backends, 'fp32_precision'))"
 if [ "$part" != ray ]; then
   # What a venv of the matrix varies is torch, torch-npu, SB3 and gymnasium, and Ray: the quick
-  # tests of what reads, casts, runs and exports policies with torch, and of the devices and the
-  # torch_npu API. The rest (the judge, the store, the query, the command line) runs on numpy,
+  # tests of what reads, casts, runs and exports policies with torch, of the devices and the
+  # torch_npu API, and of Ray's names the harness uses. The rest (the judge, the store, the query, the command line) runs on numpy,
   # scipy, pyarrow and DuckDB, the same in every venv: `make test` runs those once.
   torch_tests=(sb3_families sb3_zip policy_files onnx_graph export_onnx devices torch_npu_wheel mlagents
     vecnormalize golden faults huggy_dtype finite_weights localize episodes recurrent masked
-    precision_plan honest_card workloads accelerator_registry registry)
+    precision_plan honest_card workloads accelerator_registry registry ray_internals actor_clients)
   "$py" -m pytest -q -p no:cacheprovider -m "not slow" $(printf -- 'tests/test_%s.py ' "${torch_tests[@]}") "$@" \
     || [ $? = 5 ] # 5: ARGS chose none here
 fi

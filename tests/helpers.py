@@ -136,7 +136,22 @@ class RayNode:
 
 
 def start_ray_node(args: list[str], env: dict[str, str], timeout_s: float = 120) -> RayNode:
-    """`ray start ARGS --block`, returned once the node is up (it prints that it will block)."""
+    """`ray start ARGS --block`, returned once the node is up (it prints that it will block). Ray
+    gives its raylet a fixed 30 s to register with the GCS, which a busy machine can miss ("timed
+    out during startup"): that start is tried once more, as an operator would."""
+    seen = _start_ray_node(args, env, timeout_s)
+    if isinstance(seen, RayNode):
+        return seen
+    if any("timed out during startup" in line for line in seen):
+        again = _start_ray_node(args, env, timeout_s)
+        if isinstance(again, RayNode):
+            return again
+        seen = again
+    raise RuntimeError("ray start did not come up:\n" + "".join(seen[-30:]))
+
+
+def _start_ray_node(args: list[str], env: dict[str, str], timeout_s: float) -> RayNode | list[str]:
+    """The node once up, else what it printed before it ended or `timeout_s` passed."""
     ray = str(Path(sys.executable).parent / "ray")
     process = subprocess.Popen(
         [ray, "start", *args, "--block", "--disable-usage-stats"],
@@ -157,7 +172,7 @@ def start_ray_node(args: list[str], env: dict[str, str], timeout_s: float = 120)
         if time.monotonic() > deadline:
             break
     node.stop()
-    raise RuntimeError("ray start did not come up:\n" + "".join(seen[-30:]))
+    return seen
 
 
 def staged_checks(results: Path, run_id: str) -> list[dict[str, object]]:
