@@ -1,7 +1,7 @@
 """Nodes of a real multi-node Ray cluster killed under a running sweep: a card's node with no spare
 card (the run ends incomplete within its bound, and resumes to an uninterrupted run's verdicts),
-with a spare card (the run goes on, the replacement card labelled as such), and the CPU
-reference's node (incomplete, resumed).
+with a spare card (the run goes on, the replacement card labelled as such), and, while the first
+run resumes, the CPU reference's node (incomplete again, resumed).
 
 One `ray.cluster_utils.Cluster` on this machine for the module: a head with nothing to place on,
 and nodes of one card or one CPU added and killed as the scenarios need. Its GCS checks each node
@@ -155,36 +155,37 @@ class Killed:
         return [line.strip() for line in self.proc.stdout.splitlines() if line.strip().startswith(prefix)]
 
 
-def sweep_killing(nodes: Nodes, results: Path, run_id: str, holding: str, after_units: int = 2) -> Killed:
-    """The sweep, in this process; once `after_units` units are staged, the node of an actor of
-    class `holding` is killed."""
+def sweep_killing(nodes: Nodes, results: Path, run_id: str, holding: str, *args: str, after_units: int = 2) -> Killed:
+    """The sweep `args` (the whole sweep by default), in this process; once `after_units` more
+    units are staged than before it, the node of an actor of class `holding` is killed."""
     staging = results / ".staging" / run_id
-    killed: dict[str, object] = {}
+    before = len(list(staging.glob("*.done")))
+    staged_at_kill: list[set[str]] = []
 
     def kill_when_staged() -> None:
         deadline = time.monotonic() + 240
-        while len(list(staging.glob("*.done"))) < after_units:
+        while len(list(staging.glob("*.done"))) < before + after_units:
             if time.monotonic() > deadline:
                 return
             time.sleep(0.02)
-        killed["staged"] = {p.name.removesuffix(".done") for p in staging.glob("*.done")}
+        staged = {p.name.removesuffix(".done") for p in staging.glob("*.done")}
         nodes.kill(nodes.holding(holding)[0])
-        killed["killed"] = True
+        staged_at_kill.append(staged)
 
     killer = threading.Thread(target=kill_when_staged, daemon=True)
     killer.start()
-    proc = cli(*SWEEP, "--results", str(results), "--run-id", run_id, "--address", nodes.address)
+    proc = cli(*(args or (*SWEEP, "--results", str(results), "--run-id", run_id, "--address", nodes.address)))
     killer.join(timeout=30)
-    assert "killed" in killed, f"the sweep ended before the kill: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+    assert staged_at_kill, f"the sweep ended before the kill: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
-    return Killed(proc, set(killed["staged"]))  # type: ignore[arg-type]
+    return Killed(proc, staged_at_kill[0])
 
 
-def resume(nodes: Nodes, killed: Killed) -> CompletedProcess[str]:
-    """Run the resume command the incomplete run printed, as printed."""
+def resume_command(killed: Killed) -> list[str]:
+    """The resume command the incomplete run printed, as printed (without `harness`)."""
     *_, command = killed.proc.stderr.strip().splitlines()[-1].partition("finish it with: ")
     assert command.startswith("harness sweep --resume "), killed.proc.stderr[-2000:]
-    return cli(*shlex.split(command)[1:])
+    return shlex.split(command)[1:]
 
 
 def assert_incomplete_and_kept(killed: Killed, results: Path, run_id: str) -> None:
@@ -202,9 +203,13 @@ def assert_incomplete_and_kept(killed: Killed, results: Path, run_id: str) -> No
     assert not (results / "checks").exists(), "an incomplete run publishes no checks"
 
 
-def test_a_lost_card_node_ends_the_run_incomplete_and_resume_completes_it(
+@pytest.mark.ray_recovery
+def test_a_lost_card_node_and_then_a_lost_reference_node_end_the_run_incomplete_and_resume_completes_it(
     nodes: Nodes, clean: Counter[tuple[object, ...]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A card's node lost, then, while that run resumes, the CPU reference's node: each time the
+    run ends incomplete with what was done kept, and the last resume completes it to the verdicts
+    of a run nothing interrupted."""
     monkeypatch.setattr(harness.run.place, "PLACEMENT_TIMEOUT_S", SHORT_PLACEMENT_S)
     nodes.ensure(cards=2, cpus=1)
     killed = sweep_killing(nodes, tmp_path, "nodeloss", "PolicyActor")
@@ -218,10 +223,17 @@ def test_a_lost_card_node_ends_the_run_incomplete_and_resume_completes_it(
     )
 
     nodes.ensure(cards=2, cpus=1)  # a node in place of the lost one
-    resumed = resume(nodes, killed)
+    again = sweep_killing(nodes, tmp_path, "nodeloss", "ReferenceActor", *resume_command(killed), after_units=1)
+    assert_incomplete_and_kept(again, tmp_path, "nodeloss")
+    assert killed.staged_at_kill < again.staged_at_kill, "the resume ran units the first run had not"
+    [lost] = again.lines("LOST ")
+    assert lost.startswith("LOST the CPU reference: its node ") and "no other node took its place" in lost, lost
+
+    nodes.ensure(cards=2, cpus=1)
+    resumed = cli(*resume_command(again))
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     [run] = read_table(tmp_path, "runs").to_pylist()
-    assert run["status"] == "passed" and json.loads(run["summary"])["resumed_units"] >= len(killed.staged_at_kill)
+    assert run["status"] == "passed" and json.loads(run["summary"])["resumed_units"] >= len(again.staged_at_kill)
     assert verdicts(tmp_path) == clean
 
 
@@ -239,20 +251,4 @@ def test_a_spare_card_takes_over_and_the_run_goes_on(nodes: Nodes, clean: Counte
     assert described["label"] == replacement and described["replaces"] == before
     labels = {r["device_a"] for r in read_table(tmp_path, "checks").to_pylist()}
     assert replacement in labels and set(before) <= labels, "results from before and after the move, each under its card"
-    assert verdicts(tmp_path) == clean
-
-
-def test_a_lost_reference_node_ends_the_run_incomplete_and_resume_completes_it(
-    nodes: Nodes, clean: Counter[tuple[object, ...]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(harness.run.place, "PLACEMENT_TIMEOUT_S", SHORT_PLACEMENT_S)
-    nodes.ensure(cards=2, cpus=1)
-    killed = sweep_killing(nodes, tmp_path, "refloss", "ReferenceActor")
-    assert_incomplete_and_kept(killed, tmp_path, "refloss")
-    [lost] = killed.lines("LOST ")
-    assert lost.startswith("LOST the CPU reference: its node ") and "no other node took its place" in lost, lost
-
-    nodes.ensure(cards=2, cpus=1)
-    resumed = resume(nodes, killed)
-    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert verdicts(tmp_path) == clean
