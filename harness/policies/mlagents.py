@@ -3,8 +3,10 @@
 An ML-Agents continuous actor (`SimpleActor`) is: one running normalizer per observation input,
 the inputs concatenated, a Swish MLP (`LinearEncoder`), a linear `mu`, a free `log_sigma`, and
 the action `clip(mu, -3, 3) / 3`; or, with one discrete branch, the branch's linear logits, told
-the legal actions by masks. Each source describes it with `MLAgentsWeights`, so shape checks and
-the torch rebuild live once, here.
+the legal actions by masks. With a memory (`memory_size` > 0), an LSTM of memory_size / 2 units
+sits between the Swish MLP and the head, its state [h | c] carried from step to step and zeroed
+where an agent's episode starts. Each source describes it with `MLAgentsWeights`, so shape
+checks and the torch rebuild live once, here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.policies.base import Normalizer, ObsInput, PolicyInfo, PolicyNet, mlp
+from harness.policies.base import Memory, Normalizer, ObsInput, PolicyInfo, PolicyNet, mlp
 
 # State-dict prefixes of ML-Agents' SimpleActor ("endoder" is ML-Agents' own spelling).
 PROCESSORS = "network_body.observation_encoder.processors"
@@ -30,6 +32,55 @@ class LayoutError(ValueError):
 
 
 @dataclass
+class LstmWeights:
+    """ML-Agents' memory: one torch LSTM layer, its gates in torch's order (input, forget, cell,
+    output), of memory_size / 2 units; [h | c] is the memory the agent carries."""
+
+    weight_ih: torch.Tensor  # [4 * hidden, in]
+    weight_hh: torch.Tensor  # [4 * hidden, hidden]
+    bias_ih: torch.Tensor  # [4 * hidden]
+    bias_hh: torch.Tensor  # [4 * hidden]
+
+    @property
+    def hidden(self) -> int:
+        return self.weight_hh.shape[-1]
+
+    def check(self, width: int) -> int:
+        """LayoutError unless every tensor fits an LSTM of `hidden` units over `width` inputs; its output width."""
+        gates = 4 * self.hidden
+        expected = {"weight_ih": (gates, width), "weight_hh": (gates, self.hidden), "bias_ih": (gates,), "bias_hh": (gates,)}
+        for name, shape in expected.items():
+            held = tuple(getattr(self, name).shape)
+            if held != shape:
+                raise LayoutError(f"the LSTM's {name} is {held}, expected {shape} ({self.hidden} units over {width} inputs)")
+        return self.hidden
+
+    def describe(self) -> str:
+        return f"{Memory(1, self.hidden).describe()} (memory_size {2 * self.hidden})"
+
+    def module(self) -> nn.LSTM:
+        with torch.random.fork_rng(devices=[]):
+            lstm = nn.LSTM(self.weight_ih.shape[1], self.hidden)
+        with torch.no_grad():
+            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+                getattr(lstm, f"{name}_l0").copy_(getattr(self, name))
+        return lstm
+
+
+class Concatenated(nn.Module):
+    """The inputs concatenated, then `layers`: ML-Agents' encoder as a recurrent policy's features
+    stage (PolicyNet hands its features each input on its own)."""
+
+    def __init__(self, layers: nn.Sequential) -> None:
+        super().__init__()
+        self.layers = layers
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.layers(torch.cat(inputs, dim=-1) if len(inputs) > 1 else inputs[0])
+        return out
+
+
+@dataclass
 class MLAgentsWeights:
     """An ML-Agents continuous actor as float32 tensors, before it becomes a `PolicyNet`."""
 
@@ -40,6 +91,7 @@ class MLAgentsWeights:
     log_sigma: torch.Tensor | None
     action_clip: float | None = ACTION_CLIP
     discrete: bool = False  # one discrete branch (`mu` its logits), told its legal actions by masks
+    lstm: LstmWeights | None = None  # a memory, between the Swish layers and `mu`
 
     def __post_init__(self) -> None:
         width = sum(self.obs_sizes)
@@ -49,6 +101,8 @@ class MLAgentsWeights:
             )
         for index, (weight, bias) in enumerate([*self.layers, self.mu]):
             what = "mu" if index == len(self.layers) else f"layer {index}"
+            if index == len(self.layers) and self.lstm is not None:
+                width = self.lstm.check(width)
             if weight.dim() != 2 or weight.shape[1] != width or tuple(bias.shape) != (weight.shape[0],):
                 raise LayoutError(
                     f"{what} has weight {tuple(weight.shape)} and bias {tuple(bias.shape)}, expected [out, {width}] and [out]"
@@ -71,6 +125,8 @@ class MLAgentsWeights:
             if hidden and len(set(hidden)) == 1
             else f"[{', '.join(map(str, hidden))}] SiLU"
         )
+        if self.lstm is not None:
+            body = f"{body}, {self.lstm.describe()}"
         return f"{body}, {self.action_size} discrete actions, action masks" if self.discrete else body
 
     def to_policy(
@@ -96,17 +152,25 @@ class MLAgentsWeights:
             onnx_outputs=onnx_outputs,
             detail=detail,
             masked=self.discrete,
+            memory=Memory(1, self.lstm.hidden) if self.lstm is not None else None,
         )
         # The random init is overwritten below; loading must not move the caller's global RNG.
         with torch.random.fork_rng(devices=[]):
             body = mlp([sum(self.obs_sizes), *(weight.shape[0] for weight, _ in self.layers)], nn.SiLU)
             head = nn.Linear(self.mu[0].shape[1], self.action_size)
+        memory = self.lstm.module() if self.lstm is not None else None
         linears = [module for module in body if isinstance(module, nn.Linear)] + [head]
         with torch.no_grad():
             for linear, (weight, bias) in zip(linears, [*self.layers, self.mu], strict=True):
                 linear.weight.copy_(weight)
                 linear.bias.copy_(bias)
-        return PolicyNet(info, body, head, self.normalizer, self.log_sigma, self.action_clip)
+        if memory is None:
+            return PolicyNet(info, body, head, self.normalizer, self.log_sigma, self.action_clip)
+        # The Swish layers run before the LSTM: they are the features stage, the body is empty.
+        features = Concatenated(body)
+        return PolicyNet(
+            info, nn.Sequential(), head, self.normalizer, self.log_sigma, self.action_clip, features=features, memory=memory
+        )
 
 
 def weights_from_state_dict(state: Mapping[str, object]) -> MLAgentsWeights:

@@ -68,10 +68,15 @@ class OnnxReference:
     outputs: dict[str, str]  # graph tensor -> "logits", "mu" or "action"
     batch: int | None  # the batch size the graph's inputs fix; None: any
     discrete: bool
+    memory: str | None = None  # the input the "memory" output goes back into (ML-Agents' recurrent_in)
+    hidden: int = 0  # the memory's [h | c] halves' width
+    observations: int = 0  # a batch's observation arrays, before its episode starts
 
     def run(self, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         if not self.outputs:  # an ML-Agents v2 export: no deterministic output to compare
             return {}
+        if self.memory is not None:
+            return self._sequence(obs)
         rows = len(obs[0])
         # A graph that fixes its batch (SB3's recipe: 1) runs as exported, a batch of that size at a time.
         step = self.batch or rows
@@ -85,9 +90,39 @@ class OnnxReference:
             for i in range(0, rows, step)
         ]
         values = {self.outputs[name]: np.concatenate([part[k] for part in parts]) for k, name in enumerate(names)}
+        return self._actions(values, rows)
+
+    def _actions(self, values: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         if self.discrete and "action" in values:
             values["action"] = values["action"].reshape(rows).astype(np.int64)
         return values
+
+    def _sequence(self, arrays: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+        """A graph with a memory steps the batch as one sequence, a row at a time, as the harness's
+        recurrent policy does (harness/inference/forward.py): the memory input takes the memory
+        output of the step before, zeros where the row's episode starts (`episode_start`, the
+        batch's array after the observations). The memory after each step is compared as the
+        harness's state: its [h | c] halves are `state_h` and `state_c`, (rows, 1, hidden)."""
+        given = [name for name in self.inputs if name != self.memory]  # the observations, then any masks
+        n_obs = self.observations
+        starts, feed = arrays[n_obs], [*arrays[:n_obs], *arrays[n_obs + 1 :]]
+        feed = [x.astype(dtype) if x.dtype == np.bool_ else x for x, dtype in zip(feed, self._given_dtypes(), strict=True)]
+        names = list(self.outputs)
+        out = next(name for name, role in self.outputs.items() if role == "memory")
+        zeros = np.zeros((1, 1, 2 * self.hidden), np.float32)
+        state, steps = zeros, []
+        for t in range(len(starts)):
+            rows = {name: x[t : t + 1] for name, x in zip(given, feed, strict=True)}
+            step = self.session.run(names, {**rows, self.memory: zeros if starts[t] else state})
+            state = step[names.index(out)]
+            steps.append(step)
+        values = {self.outputs[name]: np.concatenate([step[k] for step in steps]) for k, name in enumerate(names)}
+        memory = values.pop("memory")
+        values["state_h"], values["state_c"] = memory[:, :, : self.hidden], memory[:, :, self.hidden :]
+        return self._actions(values, len(starts))
+
+    def _given_dtypes(self) -> list[np.dtype]:
+        return [dtype for name, dtype in zip(self.inputs, self.dtypes, strict=True) if name != self.memory]
 
 
 def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
@@ -117,7 +152,13 @@ def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
     first = inputs[0].type.tensor_type.shape.dim[0]
     batch = first.dim_value if first.HasField("dim_value") else None
     dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)) for value in inputs]
-    return OnnxReference(session, [value.name for value in inputs], dtypes, outputs, batch, info.action_kind == "discrete")
+    names = [value.name for value in inputs]
+    reference = OnnxReference(session, names, dtypes, outputs, batch, info.action_kind == "discrete")
+    if info.memory is not None:
+        from harness.policies.mlagents_onnx import RECURRENT_IN
+
+        reference.memory, reference.hidden, reference.observations = RECURRENT_IN, info.memory.hidden, len(info.inputs)
+    return reference
 
 
 def _is_mlagents(model: onnx.ModelProto) -> bool:
