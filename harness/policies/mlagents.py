@@ -24,6 +24,8 @@ from harness.policies.base import Memory, Normalizer, ObsInput, PolicyInfo, Poli
 PROCESSORS = "network_body.observation_encoder.processors"
 BODY = "network_body._body_endoder.seq_layers"
 HEAD = "action_model._continuous_distribution"
+MEMORY = "network_body.lstm"  # ML-Agents' LSTM module, whose torch LSTM is `MEMORY.lstm`
+LSTM_PARTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 ACTION_CLIP = 3.0  # ML-Agents: action = clip(mu, -3, 3) / 3
 
 
@@ -62,7 +64,7 @@ class LstmWeights:
         with torch.random.fork_rng(devices=[]):
             lstm = nn.LSTM(self.weight_ih.shape[1], self.hidden)
         with torch.no_grad():
-            for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            for name in LSTM_PARTS:
                 getattr(lstm, f"{name}_l0").copy_(getattr(self, name))
         return lstm
 
@@ -198,7 +200,26 @@ def weights_from_state_dict(state: Mapping[str, object]) -> MLAgentsWeights:
     # Without normalizers nothing records how the inputs were split; one input of the full width
     # takes the same concatenated observation.
     obs_sizes = tuple(mean.numel() for mean, _, _ in stats) or (first_in,)
-    return MLAgentsWeights(obs_sizes, _normalizer(stats), layers, mu, need(f"{HEAD}.log_sigma"))
+    return MLAgentsWeights(obs_sizes, _normalizer(stats), layers, mu, need(f"{HEAD}.log_sigma"), lstm=_lstm(tensors))
+
+
+def _lstm(tensors: Mapping[str, torch.Tensor]) -> LstmWeights | None:
+    """The memory's one torch LSTM layer (ML-Agents builds it with torch's gate order), checked
+    against `memory_size_vector`; anything else under the memory is refused by name."""
+    names = [f"{MEMORY}.lstm.{part}_l0" for part in LSTM_PARTS]
+    held = sorted(key for key in tensors if key.startswith(f"{MEMORY}."))
+    declared = tensors.get("memory_size_vector")
+    size = int(declared.reshape(-1)[0]) if declared is not None and declared.numel() == 1 else None
+    if not held:
+        if size:
+            raise LayoutError(f"memory_size_vector is {size}, but there is no {MEMORY}: a memory without its LSTM")
+        return None
+    if held != sorted(names):
+        raise LayoutError(f"the memory holds {held}; one LSTM layer ({', '.join(names)}) is read")
+    lstm = LstmWeights(*(tensors[name] for name in names))
+    if size is not None and size != 2 * lstm.hidden:
+        raise LayoutError(f"memory_size_vector is {size}, but the LSTM has {lstm.hidden} units ([h | c] is {2 * lstm.hidden})")
+    return lstm
 
 
 def _normalizer(stats: list[list[torch.Tensor]]) -> Normalizer | None:

@@ -46,6 +46,7 @@ DETERMINISTIC = "deterministic_continuous_actions"
 # several discrete action branches with their `action_masks`.
 RECURRENT_IN = "recurrent_in"
 RECURRENT_OUT = "recurrent_out"
+MEMORY = "memory"  # recurrent_out's role in onnx_outputs: onnx_any.OnnxReference feeds it back to recurrent_in
 # ONNX's LSTM stacks its gates' rows as (input, output, forget, cell); torch's as (input, forget,
 # cell, output): torch's k-th gate is ONNX's ONNX_TO_TORCH_GATES[k]-th.
 ONNX_TO_TORCH_GATES = (0, 2, 3, 1)
@@ -140,7 +141,7 @@ def _read(graph: _Graph) -> tuple[int, MLAgentsWeights, tuple[tuple[str, str], .
     if recurrent and lstm is None:
         raise LayoutError(f"{RECURRENT_IN} is an input, but the Swish layers feed no LSTM")
     # The memory after the step, which the reference feeds back (onnx_any.OnnxReference).
-    state = ((RECURRENT_OUT, "memory"),) if lstm is not None else ()
+    state = ((RECURRENT_OUT, MEMORY),) if lstm is not None else ()
     mu = gemm.output[0]
     if discrete:
         logits = _masked_logits(graph, mu, weight_bias[0].shape[0])

@@ -65,10 +65,11 @@ class OnnxReference:
     session: onnxruntime.InferenceSession
     inputs: list[str]
     dtypes: list[np.dtype]  # of each input, as the graph declares it
-    outputs: dict[str, str]  # graph tensor -> "logits", "mu" or "action"
+    outputs: dict[str, str]  # graph tensor -> "logits", "mu", "action" or "memory"
     batch: int | None  # the batch size the graph's inputs fix; None: any
     discrete: bool
-    memory: str | None = None  # the input the "memory" output goes back into (ML-Agents' recurrent_in)
+    # A recurrent graph's (memory input, memory output): ML-Agents' (recurrent_in, recurrent_out).
+    memory: tuple[str, str] | None = None
     hidden: int = 0  # the memory's [h | c] halves' width
     observations: int = 0  # a batch's observation arrays, before its episode starts
 
@@ -76,15 +77,14 @@ class OnnxReference:
         if not self.outputs:  # an ML-Agents v2 export: no deterministic output to compare
             return {}
         if self.memory is not None:
-            return self._sequence(obs)
+            return self._sequence(obs, self.memory)
         rows = len(obs[0])
         # A graph that fixes its batch (SB3's recipe: 1) runs as exported, a batch of that size at a time.
         step = self.batch or rows
         if rows % step:
             raise ValueError(f"the graph takes batches of exactly {step} rows, got {rows}")
         names = list(self.outputs)
-        # A batch's masks are bool; a graph may take them as numbers (ML-Agents' action_masks: 1 where legal).
-        feed = [x.astype(dtype) if x.dtype == np.bool_ else x for x, dtype in zip(obs, self.dtypes, strict=True)]
+        feed = _as_declared(obs, self.dtypes)
         parts = [
             self.session.run(names, {n: x[i : i + step] for n, x in zip(self.inputs, feed, strict=True)})
             for i in range(0, rows, step)
@@ -97,32 +97,35 @@ class OnnxReference:
             values["action"] = values["action"].reshape(rows).astype(np.int64)
         return values
 
-    def _sequence(self, arrays: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+    def _sequence(self, arrays: tuple[np.ndarray, ...], memory: tuple[str, str]) -> dict[str, np.ndarray]:
         """A graph with a memory steps the batch as one sequence, a row at a time, as the harness's
         recurrent policy does (harness/inference/forward.py): the memory input takes the memory
         output of the step before, zeros where the row's episode starts (`episode_start`, the
         batch's array after the observations). The memory after each step is compared as the
         harness's state: its [h | c] halves are `state_h` and `state_c`, (rows, 1, hidden)."""
-        given = [name for name in self.inputs if name != self.memory]  # the observations, then any masks
+        memory_in, memory_out = memory
+        given = [(name, dtype) for name, dtype in zip(self.inputs, self.dtypes, strict=True) if name != memory_in]
         n_obs = self.observations
-        starts, feed = arrays[n_obs], [*arrays[:n_obs], *arrays[n_obs + 1 :]]
-        feed = [x.astype(dtype) if x.dtype == np.bool_ else x for x, dtype in zip(feed, self._given_dtypes(), strict=True)]
+        starts, others = arrays[n_obs], [*arrays[:n_obs], *arrays[n_obs + 1 :]]  # the observations, then any masks
+        feed = _as_declared(others, [dtype for _, dtype in given])
         names = list(self.outputs)
-        out = next(name for name, role in self.outputs.items() if role == "memory")
+        out = names.index(memory_out)
         zeros = np.zeros((1, 1, 2 * self.hidden), np.float32)
         state, steps = zeros, []
         for t in range(len(starts)):
-            rows = {name: x[t : t + 1] for name, x in zip(given, feed, strict=True)}
-            step = self.session.run(names, {**rows, self.memory: zeros if starts[t] else state})
-            state = step[names.index(out)]
+            rows = {name: x[t : t + 1] for (name, _), x in zip(given, feed, strict=True)}
+            step = self.session.run(names, {**rows, memory_in: zeros if starts[t] else state})
+            state = step[out]
             steps.append(step)
         values = {self.outputs[name]: np.concatenate([step[k] for step in steps]) for k, name in enumerate(names)}
-        memory = values.pop("memory")
-        values["state_h"], values["state_c"] = memory[:, :, : self.hidden], memory[:, :, self.hidden :]
+        both = values.pop(self.outputs[memory_out])
+        values["state_h"], values["state_c"] = both[:, :, : self.hidden], both[:, :, self.hidden :]
         return self._actions(values, len(starts))
 
-    def _given_dtypes(self) -> list[np.dtype]:
-        return [dtype for name, dtype in zip(self.inputs, self.dtypes, strict=True) if name != self.memory]
+
+def _as_declared(arrays: list[np.ndarray] | tuple[np.ndarray, ...], dtypes: list[np.dtype]) -> list[np.ndarray]:
+    """A batch's masks are bool; a graph may take them as numbers (ML-Agents' action_masks: 1 where legal)."""
+    return [x.astype(dtype) if x.dtype == np.bool_ else x for x, dtype in zip(arrays, dtypes, strict=True)]
 
 
 def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
@@ -155,9 +158,10 @@ def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
     names = [value.name for value in inputs]
     reference = OnnxReference(session, names, dtypes, outputs, batch, info.action_kind == "discrete")
     if info.memory is not None:
-        from harness.policies.mlagents_onnx import RECURRENT_IN
+        from harness.policies.mlagents_onnx import RECURRENT_IN, RECURRENT_OUT
 
-        reference.memory, reference.hidden, reference.observations = RECURRENT_IN, info.memory.hidden, len(info.inputs)
+        reference.memory = (RECURRENT_IN, RECURRENT_OUT)
+        reference.hidden, reference.observations = info.memory.hidden, len(info.inputs)
     return reference
 
 
