@@ -3,9 +3,9 @@ cards and the CPU), read back from Parquet and the report. The recurrent policy 
 episodes (its state carried per environment, in lockstep) and its batches are sequences whose
 state after each step is checked; the masked one runs batches with drawn masks; an ML-Agents
 export with a memory and one masked discrete branch (no environment: batches only) is both, its
-loader check onnxruntime stepping the file with its memory fed back. Two faults on card1: it ignores the masks (masked_actions must fail there, and only there) and it is an
-honest card that rounds otherwise (its state parts bit for bit from card0's, and stays within
-the port rule)."""
+loader check onnxruntime stepping the file with its memory fed back. Two faults on card1: it
+ignores the masks (masked_actions must fail there, and only there) and it is an honest card that
+rounds otherwise (its state parts bit for bit from card0's, and stays within the port rule)."""
 
 from __future__ import annotations
 

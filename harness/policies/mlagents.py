@@ -24,7 +24,7 @@ from harness.policies.base import Memory, Normalizer, ObsInput, PolicyInfo, Poli
 PROCESSORS = "network_body.observation_encoder.processors"
 BODY = "network_body._body_endoder.seq_layers"
 HEAD = "action_model._continuous_distribution"
-MEMORY = "network_body.lstm"  # ML-Agents' LSTM module, whose torch LSTM is `MEMORY.lstm`
+MEMORY_MODULE = "network_body.lstm"  # ML-Agents' LSTM module, whose torch LSTM is `MEMORY_MODULE.lstm`
 LSTM_PARTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 ACTION_CLIP = 3.0  # ML-Agents: action = clip(mu, -3, 3) / 3
 
@@ -206,13 +206,13 @@ def weights_from_state_dict(state: Mapping[str, object]) -> MLAgentsWeights:
 def _lstm(tensors: Mapping[str, torch.Tensor]) -> LstmWeights | None:
     """The memory's one torch LSTM layer (ML-Agents builds it with torch's gate order), checked
     against `memory_size_vector`; anything else under the memory is refused by name."""
-    names = [f"{MEMORY}.lstm.{part}_l0" for part in LSTM_PARTS]
-    held = sorted(key for key in tensors if key.startswith(f"{MEMORY}."))
+    names = [f"{MEMORY_MODULE}.lstm.{part}_l0" for part in LSTM_PARTS]
+    held = sorted(key for key in tensors if key.startswith(f"{MEMORY_MODULE}."))
     declared = tensors.get("memory_size_vector")
     size = int(declared.reshape(-1)[0]) if declared is not None and declared.numel() == 1 else None
     if not held:
         if size:
-            raise LayoutError(f"memory_size_vector is {size}, but there is no {MEMORY}: a memory without its LSTM")
+            raise LayoutError(f"memory_size_vector is {size}, but there is no {MEMORY_MODULE}: a memory without its LSTM")
         return None
     if held != sorted(names):
         raise LayoutError(f"the memory holds {held}; one LSTM layer ({', '.join(names)}) is read")

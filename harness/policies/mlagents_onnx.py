@@ -46,7 +46,7 @@ DETERMINISTIC = "deterministic_continuous_actions"
 # several discrete action branches with their `action_masks`.
 RECURRENT_IN = "recurrent_in"
 RECURRENT_OUT = "recurrent_out"
-MEMORY = "memory"  # recurrent_out's role in onnx_outputs: onnx_any.OnnxReference feeds it back to recurrent_in
+MEMORY_OUTPUT = "memory"  # recurrent_out's role in onnx_outputs: onnx_any.OnnxReference feeds it back to recurrent_in
 # ONNX's LSTM stacks its gates' rows as (input, output, forget, cell); torch's as (input, forget,
 # cell, output): torch's k-th gate is ONNX's ONNX_TO_TORCH_GATES[k]-th.
 ONNX_TO_TORCH_GATES = (0, 2, 3, 1)
@@ -141,7 +141,7 @@ def _read(graph: _Graph) -> tuple[int, MLAgentsWeights, tuple[tuple[str, str], .
     if recurrent and lstm is None:
         raise LayoutError(f"{RECURRENT_IN} is an input, but the Swish layers feed no LSTM")
     # The memory after the step, which the reference feeds back (onnx_any.OnnxReference).
-    state = ((RECURRENT_OUT, MEMORY),) if lstm is not None else ()
+    state = ((RECURRENT_OUT, MEMORY_OUTPUT),) if lstm is not None else ()
     mu = gemm.output[0]
     if discrete:
         logits = _masked_logits(graph, mu, weight_bias[0].shape[0])
@@ -168,12 +168,14 @@ def _memory(graph: _Graph, unsqueeze: onnx.NodeProto) -> tuple[LstmWeights, str]
     inputs = [*node.input, *[""] * (8 - len(node.input))]
     if inputs[0] != unsqueeze.output[0] or inputs[4] or inputs[7]:
         raise LayoutError(f"the LSTM {node.name!r} takes {list(node.input)}: sequence lengths or peepholes are not read")
-    W, R = (graph.constant(name, f"LSTM {part}").astype(np.float32) for name, part in zip(inputs[1:3], "WR", strict=True))
-    B = graph.constant(inputs[3], "LSTM B").astype(np.float32) if inputs[3] else np.zeros((1, 8 * hidden), np.float32)
+    # ONNX's W (input weights), R (recurrence weights) and B ([Wb | Rb], zeros where absent).
+    weights = graph.constant(inputs[1], "LSTM W").astype(np.float32)
+    recurrence = graph.constant(inputs[2], "LSTM R").astype(np.float32)
+    bias = graph.constant(inputs[3], "LSTM B").astype(np.float32) if inputs[3] else np.zeros((1, 8 * hidden), np.float32)
     for part, array, shape in (
-        ("W", W, (1, 4 * hidden, W.shape[-1])),
-        ("R", R, (1, 4 * hidden, hidden)),
-        ("B", B, (1, 8 * hidden)),
+        ("W", weights, (1, 4 * hidden, weights.shape[-1])),
+        ("R", recurrence, (1, 4 * hidden, hidden)),
+        ("B", bias, (1, 8 * hidden)),
     ):
         if array.shape != shape:
             raise LayoutError(f"the LSTM's {part} is {list(array.shape)}, expected {list(shape)} for hidden_size {hidden}")
@@ -186,10 +188,10 @@ def _memory(graph: _Graph, unsqueeze: onnx.NodeProto) -> tuple[LstmWeights, str]
         )
 
     lstm = LstmWeights(
-        torch_order(W[0]),
-        torch_order(R[0]),
-        torch_order(B[0, : 4 * hidden]).reshape(-1),
-        torch_order(B[0, 4 * hidden :]).reshape(-1),
+        torch_order(weights[0]),
+        torch_order(recurrence[0]),
+        torch_order(bias[0, : 4 * hidden]).reshape(-1),
+        torch_order(bias[0, 4 * hidden :]).reshape(-1),
     )
     squeeze = graph.only_consumer(node.output[0], ("Squeeze",))
     if _axes(graph, squeeze) != [0, 1]:
