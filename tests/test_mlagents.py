@@ -337,18 +337,18 @@ def test_onnx_tensor_of_an_unknown_data_type_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "kind, problem",
     [
-        ({"memory_size": 16}, "a memory (recurrent_in/recurrent_out, memory_size 16: an LSTM's [h | c]) is not read"),
         ({"branches": (3, 2)}, "discrete action branches [3, 2] (multi-discrete actions) are not read"),
-        ({"memory_size": 8, "branches": (4,)}, "memory_size 8: an LSTM's [h | c]) is not read"),
+        ({"memory_size": 8, "branches": (3, 2)}, "discrete action branches [3, 2] (multi-discrete actions) are not read"),
     ],
-    ids=["memory", "multi-discrete", "memory-and-discrete"],
+    ids=["multi-discrete", "memory-and-multi-discrete"],
 )
-def test_exports_with_memory_or_discrete_branches_are_refused_by_name(
+def test_exports_with_several_discrete_branches_are_refused_by_name(
     kind: dict[str, object], problem: str, tmp_path: Path
 ) -> None:
-    """ML-Agents' layouts for a memory and for masked discrete branches, built here and run by
-    onnxruntime (the memory's [h | c] carried from step to step; no masked action chosen), are
-    refused with what the reader does not read: never read as a feed-forward continuous actor."""
+    """ML-Agents' layout for masked discrete branches, with a memory and without, built here and
+    run by onnxruntime (the memory's [h | c] carried from step to step; no masked action chosen),
+    is refused with what the reader does not read: never read as one branch. (A memory alone,
+    or with one branch, is read: tests/test_mlagents_memory.py.)"""
     path = mlagents_layout_export(tmp_path / "kind.onnx", **kind)  # type: ignore[arg-type]
     session = onnxruntime.InferenceSession(str(path))
     rng = np.random.default_rng(0)

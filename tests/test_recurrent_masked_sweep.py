@@ -1,10 +1,11 @@
 """RecurrentPPO and MaskablePPO end to end: one sweep on the session's Ray cluster (two simulated
 cards and the CPU), read back from Parquet and the report. The recurrent policy plays CartPole
 episodes (its state carried per environment, in lockstep) and its batches are sequences whose
-state after each step is checked; the masked one runs batches with drawn masks. Two faults on
-card1: it ignores the masks (masked_actions must fail there, and only there) and it is an
-honest card that rounds otherwise (its state parts bit for bit from card0's, and stays within
-the port rule)."""
+state after each step is checked; the masked one runs batches with drawn masks; an ML-Agents
+export with a memory and one masked discrete branch (no environment: batches only) is both, its
+loader check onnxruntime stepping the file with its memory fed back. Two faults on card1: it
+ignores the masks (masked_actions must fail there, and only there) and it is an honest card that
+rounds otherwise (its state parts bit for bit from card0's, and stays within the port rule)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from sb3_contrib import MaskablePPO, RecurrentPPO
 
-from tests.builders import save_sb3
+from tests.builders import mlagents_layout_export, save_sb3
 from tests.conftest import Head
 from tests.helpers import cli, read_table, sweep_on
 from tests.test_sb3_families import ON
@@ -31,8 +32,10 @@ def swept(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
         folder / "recurrent.zip",
     )
     masked = save_sb3(MaskablePPO("MlpPolicy", "CartPole-v1", policy_kwargs={"net_arch": [8]}, **ON), folder / "masked.zip")
+    memory = mlagents_layout_export(folder / "mlagents-memory.onnx", memory_size=16, branches=(5,))
     config = folder / "sweep.toml"
-    config.write_text(f'policies = {json.dumps([str(recurrent), str(masked)])}\n[envs]\n"{recurrent}" = "CartPole-v1"\n')
+    policies = json.dumps([str(recurrent), str(masked), str(memory)])
+    config.write_text(f'policies = {policies}\n[envs]\n"{recurrent}" = "CartPole-v1"\n')
     results = folder / "results"
     faults = ("--inject-fault", "card1:ignore-masks", "--inject-fault", "card1:ulp-noise")
     proc = sweep_on(ray_head.address, results, "--config", str(config), "--episodes", "2", "--dtypes", "float32",
@@ -71,6 +74,23 @@ def test_the_recurrent_state_is_an_output_checked_on_every_card(swept: tuple[Pat
     growth = [c for c in checks if c["kind"] == "cpu_reference" and "@" in c["output"]]
     assert {c["output"] for c in growth} >= {"state_h@1-10", "state_c@11-100", "state_h@101-1000", "state_c@101-1000"}
     assert not any(c["gating"] for c in growth)
+
+
+def test_an_mlagents_memory_export_sweeps_with_its_state_and_masks(swept: tuple[Path, Path, Path, str]) -> None:
+    """The ML-Agents export's state is an output as RecurrentPPO's is (bit for bit on card0, the
+    port rule on both cards); the loader check, onnxruntime stepping the file with recurrent_in fed
+    back, passes on the state, the masked logits and the actions; card1, which ignores the masks,
+    chooses masked actions there too."""
+    results = swept[2]
+    checks = [c for c in read_table(results, "checks").to_pylist() if c["policy"].endswith("mlagents-memory.onnx")]
+    loader = {(c["output"], c["passed"]) for c in checks if c["kind"] == "onnx_reference"}
+    assert loader == {("logits", True), ("action", True), ("state_h", True), ("state_c", True)}
+    state = [c for c in checks if c["output"] in ("state_h", "state_c")]
+    assert {(c["device_a"], c["passed"]) for c in state if c["kind"] == "cross_card"} >= {("sim-cpu1", False)}
+    port = [c for c in state if c["kind"] == "cpu_reference"]
+    assert {c["device_a"] for c in port} == {"sim-cpu0", "sim-cpu1"} and all(c["passed"] and c["gating"] for c in port)
+    masked = {(c["device_a"], c["passed"]) for c in checks if c["kind"] == "masked_actions"}
+    assert ("sim-cpu0", False) not in masked and ("sim-cpu1", False) in masked
 
 
 def test_recurrent_episodes_on_a_faultless_card_are_the_cpus(swept: tuple[Path, Path, Path, str]) -> None:

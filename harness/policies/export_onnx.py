@@ -51,6 +51,7 @@ from torch import nn
 import harness
 from harness.errors import UsageError
 from harness.policies.base import MASKED_LOGIT, BatchNorm, ObservationNormalizer, PolicyNet
+from harness.policies.mlagents import Concatenated
 from harness.policies.sb3.layers import Combined, NatureCnn
 from harness.policies.sb3.q_networks import QuantileMean
 from harness.policies.vecnormalize import VecNormalizeObs
@@ -269,6 +270,9 @@ def _network(b: _Builder, policy: PolicyNet, inputs: list[str], head: str) -> st
     x = _preprocessed(b, policy, inputs)
     if policy.features is None:
         features = x[0] if len(x) == 1 else b.op("Concat", x, "concat", axis=1)
+    elif isinstance(policy.features, Concatenated):  # ML-Agents' encoder before its memory
+        concat = x[0] if len(x) == 1 else b.op("Concat", x, "features/Concat", axis=1)
+        features = _emit(b, policy, policy.features.layers, concat, "features.layers")
     elif isinstance(policy.features, Combined):
         parts = [
             _emit(b, policy, m, xi, f"features.extractors.{key}")

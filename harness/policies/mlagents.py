@@ -3,8 +3,10 @@
 An ML-Agents continuous actor (`SimpleActor`) is: one running normalizer per observation input,
 the inputs concatenated, a Swish MLP (`LinearEncoder`), a linear `mu`, a free `log_sigma`, and
 the action `clip(mu, -3, 3) / 3`; or, with one discrete branch, the branch's linear logits, told
-the legal actions by masks. Each source describes it with `MLAgentsWeights`, so shape checks and
-the torch rebuild live once, here.
+the legal actions by masks. With a memory (`memory_size` > 0), an LSTM of memory_size / 2 units
+sits between the Swish MLP and the head, its state [h | c] carried from step to step and zeroed
+where an agent's episode starts. Each source describes it with `MLAgentsWeights`, so shape
+checks and the torch rebuild live once, here.
 """
 
 from __future__ import annotations
@@ -16,17 +18,68 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.policies.base import Normalizer, ObsInput, PolicyInfo, PolicyNet, mlp
+from harness.policies.base import Memory, Normalizer, ObsInput, PolicyInfo, PolicyNet, mlp
 
 # State-dict prefixes of ML-Agents' SimpleActor ("endoder" is ML-Agents' own spelling).
 PROCESSORS = "network_body.observation_encoder.processors"
 BODY = "network_body._body_endoder.seq_layers"
 HEAD = "action_model._continuous_distribution"
+MEMORY_MODULE = "network_body.lstm"  # ML-Agents' LSTM module, whose torch LSTM is `MEMORY_MODULE.lstm`
+LSTM_PARTS = ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
 ACTION_CLIP = 3.0  # ML-Agents: action = clip(mu, -3, 3) / 3
 
 
 class LayoutError(ValueError):
     """The file is readable but does not hold the ML-Agents layout; the message is the problem."""
+
+
+@dataclass
+class LstmWeights:
+    """ML-Agents' memory: one torch LSTM layer, its gates in torch's order (input, forget, cell,
+    output), of memory_size / 2 units; [h | c] is the memory the agent carries."""
+
+    weight_ih: torch.Tensor  # [4 * hidden, in]
+    weight_hh: torch.Tensor  # [4 * hidden, hidden]
+    bias_ih: torch.Tensor  # [4 * hidden]
+    bias_hh: torch.Tensor  # [4 * hidden]
+
+    @property
+    def hidden(self) -> int:
+        return self.weight_hh.shape[-1]
+
+    def check(self, width: int) -> int:
+        """LayoutError unless every tensor fits an LSTM of `hidden` units over `width` inputs; its output width."""
+        gates = 4 * self.hidden
+        expected = {"weight_ih": (gates, width), "weight_hh": (gates, self.hidden), "bias_ih": (gates,), "bias_hh": (gates,)}
+        for name, shape in expected.items():
+            held = tuple(getattr(self, name).shape)
+            if held != shape:
+                raise LayoutError(f"the LSTM's {name} is {held}, expected {shape} ({self.hidden} units over {width} inputs)")
+        return self.hidden
+
+    def describe(self) -> str:
+        return f"{Memory(1, self.hidden).describe()} (memory_size {2 * self.hidden})"
+
+    def module(self) -> nn.LSTM:
+        with torch.random.fork_rng(devices=[]):
+            lstm = nn.LSTM(self.weight_ih.shape[1], self.hidden)
+        with torch.no_grad():
+            for name in LSTM_PARTS:
+                getattr(lstm, f"{name}_l0").copy_(getattr(self, name))
+        return lstm
+
+
+class Concatenated(nn.Module):
+    """The inputs concatenated, then `layers`: ML-Agents' encoder as a recurrent policy's features
+    stage (PolicyNet hands its features each input on its own)."""
+
+    def __init__(self, layers: nn.Sequential) -> None:
+        super().__init__()
+        self.layers = layers
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.layers(torch.cat(inputs, dim=-1) if len(inputs) > 1 else inputs[0])
+        return out
 
 
 @dataclass
@@ -40,6 +93,7 @@ class MLAgentsWeights:
     log_sigma: torch.Tensor | None
     action_clip: float | None = ACTION_CLIP
     discrete: bool = False  # one discrete branch (`mu` its logits), told its legal actions by masks
+    lstm: LstmWeights | None = None  # a memory, between the Swish layers and `mu`
 
     def __post_init__(self) -> None:
         width = sum(self.obs_sizes)
@@ -49,6 +103,8 @@ class MLAgentsWeights:
             )
         for index, (weight, bias) in enumerate([*self.layers, self.mu]):
             what = "mu" if index == len(self.layers) else f"layer {index}"
+            if index == len(self.layers) and self.lstm is not None:
+                width = self.lstm.check(width)
             if weight.dim() != 2 or weight.shape[1] != width or tuple(bias.shape) != (weight.shape[0],):
                 raise LayoutError(
                     f"{what} has weight {tuple(weight.shape)} and bias {tuple(bias.shape)}, expected [out, {width}] and [out]"
@@ -71,6 +127,8 @@ class MLAgentsWeights:
             if hidden and len(set(hidden)) == 1
             else f"[{', '.join(map(str, hidden))}] SiLU"
         )
+        if self.lstm is not None:
+            body = f"{body}, {self.lstm.describe()}"
         return f"{body}, {self.action_size} discrete actions, action masks" if self.discrete else body
 
     def to_policy(
@@ -96,17 +154,25 @@ class MLAgentsWeights:
             onnx_outputs=onnx_outputs,
             detail=detail,
             masked=self.discrete,
+            memory=Memory(1, self.lstm.hidden) if self.lstm is not None else None,
         )
         # The random init is overwritten below; loading must not move the caller's global RNG.
         with torch.random.fork_rng(devices=[]):
             body = mlp([sum(self.obs_sizes), *(weight.shape[0] for weight, _ in self.layers)], nn.SiLU)
             head = nn.Linear(self.mu[0].shape[1], self.action_size)
+        memory = self.lstm.module() if self.lstm is not None else None
         linears = [module for module in body if isinstance(module, nn.Linear)] + [head]
         with torch.no_grad():
             for linear, (weight, bias) in zip(linears, [*self.layers, self.mu], strict=True):
                 linear.weight.copy_(weight)
                 linear.bias.copy_(bias)
-        return PolicyNet(info, body, head, self.normalizer, self.log_sigma, self.action_clip)
+        if memory is None:
+            return PolicyNet(info, body, head, self.normalizer, self.log_sigma, self.action_clip)
+        # The Swish layers run before the LSTM: they are the features stage, the body is empty.
+        features = Concatenated(body)
+        return PolicyNet(
+            info, nn.Sequential(), head, self.normalizer, self.log_sigma, self.action_clip, features=features, memory=memory
+        )
 
 
 def weights_from_state_dict(state: Mapping[str, object]) -> MLAgentsWeights:
@@ -134,7 +200,26 @@ def weights_from_state_dict(state: Mapping[str, object]) -> MLAgentsWeights:
     # Without normalizers nothing records how the inputs were split; one input of the full width
     # takes the same concatenated observation.
     obs_sizes = tuple(mean.numel() for mean, _, _ in stats) or (first_in,)
-    return MLAgentsWeights(obs_sizes, _normalizer(stats), layers, mu, need(f"{HEAD}.log_sigma"))
+    return MLAgentsWeights(obs_sizes, _normalizer(stats), layers, mu, need(f"{HEAD}.log_sigma"), lstm=_lstm(tensors))
+
+
+def _lstm(tensors: Mapping[str, torch.Tensor]) -> LstmWeights | None:
+    """The memory's one torch LSTM layer (ML-Agents builds it with torch's gate order), checked
+    against `memory_size_vector`; anything else under the memory is refused by name."""
+    names = [f"{MEMORY_MODULE}.lstm.{part}_l0" for part in LSTM_PARTS]
+    held = sorted(key for key in tensors if key.startswith(f"{MEMORY_MODULE}."))
+    declared = tensors.get("memory_size_vector")
+    size = int(declared.reshape(-1)[0]) if declared is not None and declared.numel() == 1 else None
+    if not held:
+        if size:
+            raise LayoutError(f"memory_size_vector is {size}, but there is no {MEMORY_MODULE}: a memory without its LSTM")
+        return None
+    if held != sorted(names):
+        raise LayoutError(f"the memory holds {held}; one LSTM layer ({', '.join(names)}) is read")
+    lstm = LstmWeights(*(tensors[name] for name in names))
+    if size is not None and size != 2 * lstm.hidden:
+        raise LayoutError(f"memory_size_vector is {size}, but the LSTM has {lstm.hidden} units ([h | c] is {2 * lstm.hidden})")
+    return lstm
 
 
 def _normalizer(stats: list[list[torch.Tensor]]) -> Normalizer | None:

@@ -6,6 +6,16 @@ The graph is read by walking it from the inputs, the way ML-Agents' exporter lay
           -> Concat -> [Gemm -> Sigmoid -> Mul] x n -> Gemm (mu)
     deterministic_continuous_actions = Clip(mu, -3, 3) / 3
 
+with a memory (`recurrent_in` [batch, 1, memory_size] holding an LSTM's [h | c]), between the
+Swish layers and the last Gemm:
+
+    recurrent_in -> Transpose(1, 0, 2) -> Slice [0, m/2) = h0, Slice [m/2, m) = c0 (axis 2)
+    encoding -> Unsqueeze(0) -> LSTM(h0, c0) -> Y -> Squeeze(0, 1) -> the last Gemm
+                                             -> Concat(Y_h, Y_c) -> Transpose(1, 0, 2) = recurrent_out
+
+one ONNX LSTM step (gates i, o, f, c; read into torch's i, f, g, o), the state carried by the
+caller from one step's recurrent_out to the next step's recurrent_in;
+
 or, for one discrete branch, the last Gemm's logits masked by `action_masks` as
 MultiCategoricalDistribution._mask_branch does (logits * mask - 1e8 * (1 - mask): for masks of 0
 and 1, the harness's masked policy, `PolicyNet.masked_scores`), `deterministic_discrete_actions`
@@ -27,15 +37,19 @@ import torch
 
 from harness.errors import PolicyLoadError
 from harness.policies.base import NORMALIZER_CLAMP, Normalizer, PolicyNet
-from harness.policies.mlagents import ACTION_CLIP, LayoutError, MLAgentsWeights
+from harness.policies.mlagents import ACTION_CLIP, LayoutError, LstmWeights, MLAgentsWeights
 from harness.policies.onnx_model import GraphIndex, OnnxFile, read_model
 
 VERSIONS = (2, 3)  # ModelApiVersion.MLAgents1_0 and MLAgents2_0
 DETERMINISTIC = "deterministic_continuous_actions"
 # What an ML-Agents export may carry that this reader does not read (refused by name, `_unread`):
-# an LSTM's memory ([h | c] in `recurrent_in`/`recurrent_out`, `memory_size` wide) and discrete
-# action branches with their `action_masks`.
+# several discrete action branches with their `action_masks`.
 RECURRENT_IN = "recurrent_in"
+RECURRENT_OUT = "recurrent_out"
+MEMORY_OUTPUT = "memory"  # recurrent_out's role in onnx_outputs: onnx_any.OnnxReference feeds it back to recurrent_in
+# ONNX's LSTM stacks its gates' rows as (input, output, forget, cell); torch's as (input, forget,
+# cell, output): torch's k-th gate is ONNX's ONNX_TO_TORCH_GATES[k]-th.
+ONNX_TO_TORCH_GATES = (0, 2, 3, 1)
 ACTION_MASKS = "action_masks"
 DISCRETE_SHAPE = "discrete_action_output_shape"
 DISCRETE_DETERMINISTIC = "deterministic_discrete_actions"
@@ -110,23 +124,147 @@ def _read(graph: _Graph) -> tuple[int, MLAgentsWeights, tuple[tuple[str, str], .
     obs_sizes = _obs_sizes(graph)
     x, normalizer = _encoder(graph, obs_sizes)
     layers = []
+    recurrent = RECURRENT_IN in [value.name for value in graph.inputs]
+    lstm: LstmWeights | None = None
     while True:
-        gemm = graph.only_consumer(x, ("Gemm",))
+        # With a memory, the Swish layers end where their output goes into the LSTM's sequence.
+        gemm = graph.only_consumer(x, ("Gemm", "Unsqueeze") if recurrent and lstm is None else ("Gemm",))
+        if gemm.op_type == "Unsqueeze":
+            lstm, x = _memory(graph, gemm)
+            continue
         weight_bias = _gemm(graph, gemm)
         swish = _swish(graph, gemm.output[0])
         if swish is None:
             break
         layers.append(weight_bias)
         x = swish
+    if recurrent and lstm is None:
+        raise LayoutError(f"{RECURRENT_IN} is an input, but the Swish layers feed no LSTM")
+    # The memory after the step, which the reference feeds back (onnx_any.OnnxReference).
+    state = ((RECURRENT_OUT, MEMORY_OUTPUT),) if lstm is not None else ()
     mu = gemm.output[0]
     if discrete:
         logits = _masked_logits(graph, mu, weight_bias[0].shape[0])
-        weights = MLAgentsWeights(obs_sizes, normalizer, layers, weight_bias, None, None, discrete=True)
-        return version, weights, ((logits, "logits"), (DISCRETE_DETERMINISTIC, "action"))
+        weights = MLAgentsWeights(obs_sizes, normalizer, layers, weight_bias, None, None, discrete=True, lstm=lstm)
+        return version, weights, ((logits, "logits"), (DISCRETE_DETERMINISTIC, "action"), *state)
     log_sigma = _log_sigma(graph)
-    weights = MLAgentsWeights(obs_sizes, normalizer, layers, weight_bias, log_sigma, _action_clip(graph, mu))
+    weights = MLAgentsWeights(obs_sizes, normalizer, layers, weight_bias, log_sigma, _action_clip(graph, mu), lstm=lstm)
     # A version 2 export has no deterministic output: nothing for onnxruntime to compare.
-    return version, weights, ((DETERMINISTIC, "action"),) if DETERMINISTIC in graph.outputs else ()
+    return version, weights, (((DETERMINISTIC, "action"),) if DETERMINISTIC in graph.outputs else ()) + state
+
+
+def _memory(graph: _Graph, unsqueeze: onnx.NodeProto) -> tuple[LstmWeights, str]:
+    """The LSTM step the encoding goes into (a sequence of one step: Unsqueeze on axis 0), its
+    state read from `recurrent_in` and written to `recurrent_out` in ML-Agents' layout: the
+    weights in torch's gate order, and the output that goes on to the head."""
+    if _axes(graph, unsqueeze) != [0]:
+        raise LayoutError(f"the LSTM's input is unsqueezed on axes {_axes(graph, unsqueeze)}, expected [0]")
+    node = graph.only_consumer(unsqueeze.output[0], ("LSTM",))
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    plain = {"hidden_size", "direction"} | {key for key in ("input_forget", "layout") if not attrs.get(key)}
+    hidden = int(attrs.get("hidden_size", 0))
+    if set(attrs) - plain or attrs.get("direction", b"forward") != b"forward" or hidden < 1:
+        raise LayoutError(f"the LSTM {node.name!r} is not one plain forward layer ({attrs})")
+    inputs = [*node.input, *[""] * (8 - len(node.input))]
+    if inputs[0] != unsqueeze.output[0] or inputs[4] or inputs[7]:
+        raise LayoutError(f"the LSTM {node.name!r} takes {list(node.input)}: sequence lengths or peepholes are not read")
+    # ONNX's W (input weights), R (recurrence weights) and B ([Wb | Rb], zeros where absent).
+    weights = graph.constant(inputs[1], "LSTM W").astype(np.float32)
+    recurrence = graph.constant(inputs[2], "LSTM R").astype(np.float32)
+    bias = graph.constant(inputs[3], "LSTM B").astype(np.float32) if inputs[3] else np.zeros((1, 8 * hidden), np.float32)
+    for part, array, shape in (
+        ("W", weights, (1, 4 * hidden, weights.shape[-1])),
+        ("R", recurrence, (1, 4 * hidden, hidden)),
+        ("B", bias, (1, 8 * hidden)),
+    ):
+        if array.shape != shape:
+            raise LayoutError(f"the LSTM's {part} is {list(array.shape)}, expected {list(shape)} for hidden_size {hidden}")
+    _memory_in(graph, inputs[5], inputs[6], hidden)
+    _memory_out(graph, node, hidden)
+
+    def torch_order(rows: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(
+            np.ascontiguousarray(rows.reshape(4, hidden, -1)[list(ONNX_TO_TORCH_GATES)].reshape(4 * hidden, -1))
+        )
+
+    lstm = LstmWeights(
+        torch_order(weights[0]),
+        torch_order(recurrence[0]),
+        torch_order(bias[0, : 4 * hidden]).reshape(-1),
+        torch_order(bias[0, 4 * hidden :]).reshape(-1),
+    )
+    squeeze = graph.only_consumer(node.output[0], ("Squeeze",))
+    if _axes(graph, squeeze) != [0, 1]:
+        raise LayoutError(f"the LSTM's Y is squeezed on axes {_axes(graph, squeeze)}, expected [0, 1]")
+    return lstm, squeeze.output[0]
+
+
+def _memory_in(graph: _Graph, h0: str, c0: str, hidden: int) -> None:
+    """h0 and c0 are the halves of recurrent_in [batch, 1, 2 * hidden], transposed to [1, batch, 2 * hidden]."""
+    value = next(value for value in graph.inputs if value.name == RECURRENT_IN)
+    dims = [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+    if len(dims) != 3 or dims[1:] != [1, 2 * hidden]:
+        raise LayoutError(f"{RECURRENT_IN} is {dims}, expected [batch, 1, {2 * hidden}] for an LSTM of {hidden} units")
+    memory = _constant_of(graph, "memory_size")
+    if memory != [2.0 * hidden]:
+        raise LayoutError(f"memory_size is {memory}, expected [{2 * hidden}] for an LSTM of {hidden} units ([h | c])")
+    transpose = graph.only_consumer(RECURRENT_IN, ("Transpose",))
+    if _perm(transpose) != [1, 0, 2]:
+        raise LayoutError(f"{RECURRENT_IN} is transposed by {_perm(transpose)}, expected [1, 0, 2]")
+    for name, half, (start, end) in ((h0, "h0", (0, hidden)), (c0, "c0", (hidden, 2 * hidden))):
+        node = graph.producer.get(name)
+        bounds = _slice(graph, node) if node is not None and node.op_type == "Slice" else None
+        if node is None or node.input[0] != transpose.output[0] or bounds is None or bounds != (start, end, 2):
+            raise LayoutError(f"the LSTM's {half} {name!r} is not {RECURRENT_IN}'s [{start}, {end}) on axis 2 ({bounds})")
+
+
+def _memory_out(graph: _Graph, lstm: onnx.NodeProto, hidden: int) -> None:
+    """recurrent_out is [Y_h | Y_c], transposed back to [batch, 1, 2 * hidden]."""
+    if RECURRENT_OUT not in graph.outputs or len(lstm.output) < 3:
+        raise LayoutError(f"no {RECURRENT_OUT} output of the LSTM's Y_h and Y_c (outputs: {graph.outputs})")
+    concat = graph.only_consumer(lstm.output[1], ("Concat",))
+    axis = {a.name: a.i for a in concat.attribute}.get("axis")
+    if list(concat.input) != list(lstm.output[1:3]) or axis not in (2, -1):
+        raise LayoutError(f"the memory is Concat of {list(concat.input)} on axis {axis}, expected [Y_h, Y_c] on axis 2")
+    transpose = graph.only_consumer(concat.output[0], ("Transpose",))
+    name = transpose.output[0]
+    while name != RECURRENT_OUT and len(graph.consumers.get(name, [])) == 1 and graph.consumers[name][0].op_type == "Identity":
+        name = graph.consumers[name][0].output[0]
+    if _perm(transpose) != [1, 0, 2] or name != RECURRENT_OUT:
+        raise LayoutError(
+            f"the LSTM's [h | c] is transposed by {_perm(transpose)} into {name!r}, expected [1, 0, 2] into {RECURRENT_OUT}"
+        )
+
+
+def _axes(graph: _Graph, node: onnx.NodeProto) -> list[int]:
+    """Unsqueeze's and Squeeze's axes: an attribute before opset 13, an input from then on."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if "axes" in attrs:
+        return [int(a) for a in attrs["axes"]]
+    return [int(a) for a in graph.constant(node.input[1], f"{node.op_type} axes").reshape(-1)] if len(node.input) > 1 else []
+
+
+def _perm(node: onnx.NodeProto) -> list[int]:
+    return [int(p) for p in next((a.ints for a in node.attribute if a.name == "perm"), [])]
+
+
+def _slice(graph: _Graph, node: onnx.NodeProto) -> tuple[int, int, int] | None:
+    """(start, end, axis) of a Slice of one axis with step 1 (attributes before opset 10, inputs
+    from then on), the end clamped to that axis's width as Slice clamps it; None for anything else."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    if "starts" in attrs:
+        parts = [list(attrs["starts"]), list(attrs["ends"]), list(attrs.get("axes", [0]))]
+        steps = [1]
+    else:
+        named = [*node.input[1:5], *[""] * (4 - len(node.input[1:5]))]
+        parts = [[int(v) for v in graph.constant(name, "Slice argument").reshape(-1)] if name else [] for name in named[:3]]
+        steps = [int(v) for v in graph.constant(named[3], "Slice steps").reshape(-1)] if named[3] else [1]
+    starts, ends, axes = parts
+    if len(starts) != 1 or len(ends) != 1 or len(axes) != 1 or steps != [1]:
+        return None
+    value = next(value for value in graph.inputs if value.name == RECURRENT_IN)
+    width = value.type.tensor_type.shape.dim[-1].dim_value
+    return int(starts[0]), min(int(ends[0]), width), int(axes[0]) % 3
 
 
 def _masked_logits(graph: _Graph, logits: str, actions: int) -> str:
@@ -155,14 +293,16 @@ def _version(graph: _Graph) -> int:
 
 
 def _unread(graph: _Graph) -> None:
-    """LayoutError naming a memory or discrete branches: read as a feed-forward continuous actor,
-    either would be misread (the LSTM skipped, the masks ignored)."""
+    """LayoutError naming discrete branches, or a memory half declared: read as one branch, or
+    as a feed-forward actor, either would be misread (the branches merged, the LSTM skipped)."""
     inputs = [value.name for value in graph.inputs]
     problems = []
     memory = _constant_of(graph, "memory_size")
-    if RECURRENT_IN in inputs or any(memory):
+    if (RECURRENT_IN in inputs) != any(memory):
         size = ", ".join(f"{m:g}" for m in memory) or "?"
-        problems.append(f"a memory ({RECURRENT_IN}/recurrent_out, memory_size {size}: an LSTM's [h | c]) is not read")
+        problems.append(
+            f"a memory is read with its {RECURRENT_IN} and a memory_size, not one without the other (memory_size {size})"
+        )
     branches = [int(n) for n in _constant_of(graph, DISCRETE_SHAPE)]
     if len(branches) > 1:
         problems.append(f"discrete action branches {branches} (multi-discrete actions) are not read")
@@ -183,10 +323,12 @@ def _constant_of(graph: _Graph, output: str) -> list[float]:
 
 
 def _obs_sizes(graph: _Graph) -> tuple[int, ...]:
-    observations = [value for value in graph.inputs if value.name != ACTION_MASKS]
+    observations = [value for value in graph.inputs if value.name not in (ACTION_MASKS, RECURRENT_IN)]
     names = [value.name for value in observations]
     if names != [f"obs_{i}" for i in range(len(names))] or not names:
-        raise LayoutError(f"inputs {names}, expected obs_0..obs_k (and {ACTION_MASKS} for discrete actions)")
+        raise LayoutError(
+            f"inputs {names}, expected obs_0..obs_k (and {ACTION_MASKS} for discrete actions, {RECURRENT_IN} for a memory)"
+        )
     sizes = []
     for value in observations:
         dims = value.type.tensor_type.shape.dim

@@ -65,29 +65,67 @@ class OnnxReference:
     session: onnxruntime.InferenceSession
     inputs: list[str]
     dtypes: list[np.dtype]  # of each input, as the graph declares it
-    outputs: dict[str, str]  # graph tensor -> "logits", "mu" or "action"
+    outputs: dict[str, str]  # graph tensor -> "logits", "mu", "action" or "memory"
     batch: int | None  # the batch size the graph's inputs fix; None: any
     discrete: bool
+    # A recurrent graph's (memory input, memory output): ML-Agents' (recurrent_in, recurrent_out).
+    memory: tuple[str, str] | None = None
+    hidden: int = 0  # the memory's [h | c] halves' width
+    observations: int = 0  # a batch's observation arrays, before its episode starts
 
     def run(self, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         if not self.outputs:  # an ML-Agents v2 export: no deterministic output to compare
             return {}
+        if self.memory is not None:
+            return self._sequence(obs, self.memory)
         rows = len(obs[0])
         # A graph that fixes its batch (SB3's recipe: 1) runs as exported, a batch of that size at a time.
         step = self.batch or rows
         if rows % step:
             raise ValueError(f"the graph takes batches of exactly {step} rows, got {rows}")
         names = list(self.outputs)
-        # A batch's masks are bool; a graph may take them as numbers (ML-Agents' action_masks: 1 where legal).
-        feed = [x.astype(dtype) if x.dtype == np.bool_ else x for x, dtype in zip(obs, self.dtypes, strict=True)]
+        feed = _as_declared(obs, self.dtypes)
         parts = [
             self.session.run(names, {n: x[i : i + step] for n, x in zip(self.inputs, feed, strict=True)})
             for i in range(0, rows, step)
         ]
         values = {self.outputs[name]: np.concatenate([part[k] for part in parts]) for k, name in enumerate(names)}
+        return self._actions(values, rows)
+
+    def _actions(self, values: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         if self.discrete and "action" in values:
             values["action"] = values["action"].reshape(rows).astype(np.int64)
         return values
+
+    def _sequence(self, arrays: tuple[np.ndarray, ...], memory: tuple[str, str]) -> dict[str, np.ndarray]:
+        """A graph with a memory steps the batch as one sequence, a row at a time, as the harness's
+        recurrent policy does (harness/inference/forward.py): the memory input takes the memory
+        output of the step before, zeros where the row's episode starts (`episode_start`, the
+        batch's array after the observations). The memory after each step is compared as the
+        harness's state: its [h | c] halves are `state_h` and `state_c`, (rows, 1, hidden)."""
+        memory_in, memory_out = memory
+        given = [(name, dtype) for name, dtype in zip(self.inputs, self.dtypes, strict=True) if name != memory_in]
+        n_obs = self.observations
+        starts, others = arrays[n_obs], [*arrays[:n_obs], *arrays[n_obs + 1 :]]  # the observations, then any masks
+        feed = _as_declared(others, [dtype for _, dtype in given])
+        names = list(self.outputs)
+        out = names.index(memory_out)
+        zeros = np.zeros((1, 1, 2 * self.hidden), np.float32)
+        state, steps = zeros, []
+        for t in range(len(starts)):
+            rows = {name: x[t : t + 1] for (name, _), x in zip(given, feed, strict=True)}
+            step = self.session.run(names, {**rows, memory_in: zeros if starts[t] else state})
+            state = step[out]
+            steps.append(step)
+        values = {self.outputs[name]: np.concatenate([step[k] for step in steps]) for k, name in enumerate(names)}
+        both = values.pop(self.outputs[memory_out])
+        values["state_h"], values["state_c"] = both[:, :, : self.hidden], both[:, :, self.hidden :]
+        return self._actions(values, len(starts))
+
+
+def _as_declared(arrays: list[np.ndarray] | tuple[np.ndarray, ...], dtypes: list[np.dtype]) -> list[np.ndarray]:
+    """A batch's masks are bool; a graph may take them as numbers (ML-Agents' action_masks: 1 where legal)."""
+    return [x.astype(dtype) if x.dtype == np.bool_ else x for x, dtype in zip(arrays, dtypes, strict=True)]
 
 
 def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
@@ -117,7 +155,14 @@ def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
     first = inputs[0].type.tensor_type.shape.dim[0]
     batch = first.dim_value if first.HasField("dim_value") else None
     dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)) for value in inputs]
-    return OnnxReference(session, [value.name for value in inputs], dtypes, outputs, batch, info.action_kind == "discrete")
+    names = [value.name for value in inputs]
+    reference = OnnxReference(session, names, dtypes, outputs, batch, info.action_kind == "discrete")
+    if info.memory is not None:
+        from harness.policies.mlagents_onnx import RECURRENT_IN, RECURRENT_OUT
+
+        reference.memory = (RECURRENT_IN, RECURRENT_OUT)
+        reference.hidden, reference.observations = info.memory.hidden, len(info.inputs)
+    return reference
 
 
 def _is_mlagents(model: onnx.ModelProto) -> bool:
