@@ -16,7 +16,8 @@ import time
 
 from benchmarks import Comparison
 from harness.devices import SIMULATED
-from harness.run.options import SweepConfig
+from harness.run.command_plan import sweep_plan
+from harness.run.options import EpisodeBatching, SweepConfig
 from harness.run.sweep import run_sweep
 
 TARGET_SPEEDUP = 5.0
@@ -24,7 +25,7 @@ ADDED_S = {100: 4.0, 1000: 15.0}
 DEVICES = 3  # two cards and the CPU reference play every episode
 
 
-def after_startup(episodes: int, batching: str) -> tuple[float, bool]:
+def after_startup(episodes: int, batching: EpisodeBatching) -> tuple[float, bool]:
     """Seconds from the actors being ready to the run written, and whether it passed."""
     config = SweepConfig(
         policies=["cartpole"],
@@ -38,7 +39,7 @@ def after_startup(episodes: int, batching: str) -> tuple[float, bool]:
     with tempfile.TemporaryDirectory() as results:
         config.results = results
         start = time.perf_counter()
-        outcome = run_sweep(config)
+        outcome = run_sweep(sweep_plan(config))
         total = time.perf_counter() - start
     return total - outcome.phases.startup, outcome.passed
 
@@ -46,7 +47,8 @@ def after_startup(episodes: int, batching: str) -> tuple[float, bool]:
 def run() -> Comparison:
     base, _ = after_startup(0, "lockstep")
     added, passed = {}, True
-    for episodes, batching in ((100, "lockstep"), (100, "single"), (1000, "lockstep")):
+    runs: tuple[tuple[int, EpisodeBatching], ...] = ((100, "lockstep"), (100, "single"), (1000, "lockstep"))
+    for episodes, batching in runs:
         seconds, ok = after_startup(episodes, batching)
         added[episodes, batching] = max(seconds - base, 1e-3)
         passed &= ok

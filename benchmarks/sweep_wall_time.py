@@ -11,6 +11,7 @@ import tempfile
 import time
 
 from benchmarks import Comparison
+from harness.run.command_plan import sweep_plan
 from harness.run.options import SweepConfig
 from harness.run.sweep import run_sweep
 
@@ -21,7 +22,7 @@ TARGET_TOTAL_S = 60.0
 def run() -> Comparison:
     with tempfile.TemporaryDirectory() as results:
         start = time.perf_counter()
-        outcome = run_sweep(SweepConfig(results=results, progress=False))
+        outcome = run_sweep(sweep_plan(SweepConfig(results=results, progress=False)))
         total = time.perf_counter() - start
     t = outcome.phases
     overhead = t["plan"] + t["fanout"] + t["judge"] + t["write"]

@@ -17,6 +17,7 @@ from harness.devices.precision import Switch
 from harness.errors import UsageError
 from harness.policies import PolicySpec, load_policy
 from harness.run.budget import check_cards, expected_cards
+from harness.run.command_plan import sweep_plan
 from harness.run.options import SweepConfig, validate
 from harness.run.place import card_options
 from harness.run.sweep import dtype_labels
@@ -136,7 +137,7 @@ def test_placement_asks_ray_for_its_resource(toy: devices.Kind) -> None:
     options = card_options(toy, object(), 0, {})  # type: ignore[arg-type]  # a placement group is only passed through
     assert options["num_cpus"] == 0 and options["resources"] == {"TOY": 1}
     assert devices.accelerator(toy).local_ray_resources(2) is None  # a private local Ray counts the node's own cards
-    config = SweepConfig(accelerator="toy")
+    config = sweep_plan(SweepConfig(accelerator="toy")).common
     assert expected_cards(toy, config) == 1
     check_cards(1000, toy, None)  # the per-core bound is for simulated cards only
     with pytest.raises(UsageError, match="simulated cards on this machine"):

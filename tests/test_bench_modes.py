@@ -20,6 +20,7 @@ from harness.run.bench.rows import Figures, Measurement, RowKey, Sampled, Summar
 from harness.run.bench.rules import Rule
 from harness.run.bench.windows import Tally, Windows, median_of_windows, window_rules
 from harness.run.bench.work import Work
+from harness.run.command_plan import bench_plan
 from harness.run.options import BenchConfig
 from harness.run.phases import Phases
 from harness.store.schema import BenchRow, BenchSampleRow
@@ -75,7 +76,7 @@ TOY = Mode(
 def test_a_toy_mode_is_measured_judged_and_written_as_rows(tmp_path: Path) -> None:
     policy = load_policy("cartpole")
     work = [Work("cartpole", "float32", make_batch(policy.info, "normal", size, 0)) for size in (1, 8)]
-    bench = Bench([], [1], work, [], BenchConfig(), WINDOWS, tqdm(disable=True))
+    bench = Bench([], [1], work, [], bench_plan(BenchConfig()), WINDOWS, tqdm(disable=True))
     phases = Phases()
     results = measure(bench, (TOY,), phases)
 
@@ -96,6 +97,6 @@ def test_a_toy_mode_is_measured_judged_and_written_as_rows(tmp_path: Path) -> No
     assert samples.column("decisions_per_s").to_pylist()[6:] == [100.0] * 5 + [-1.0]
 
     # A quick look breaks the window rules of every row, the toy's too.
-    quick = Bench([], [1], work[:1], [], BenchConfig(), Windows(1, 0.2, 5, 0.25, quick=True), tqdm(disable=True))
+    quick = Bench([], [1], work[:1], [], bench_plan(BenchConfig()), Windows(1, 0.2, 5, 0.25, quick=True), tqdm(disable=True))
     (row,) = (r.row for r in measure(quick, (TOY,), Phases()))
     assert not row.valid and row.invalid_reason.startswith("quick look (--duration 0.2)")

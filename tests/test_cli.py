@@ -229,9 +229,10 @@ def test_the_config_maps_policies_to_environments(tmp_path: Path) -> None:
     )
     config = config_from_args(_parse("sweep", "--config", str(toml)), SweepConfig)
     assert config.envs == {"cartpole": "CartPole-v1"} and config.require_batch_invariance
+    from harness.run.command_plan import sweep_plan
     from harness.run.plan import policy_specs
 
-    spec = next(s for s in policy_specs(config) if s.source == "cartpole")
+    spec = next(s for s in policy_specs(sweep_plan(config).common) if s.source == "cartpole")
     assert (spec.env_id, spec.env_overrides) == ("CartPole-v1", True)
     from harness.policies import PolicySpec, load_policy
 

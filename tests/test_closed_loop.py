@@ -17,6 +17,7 @@ from harness.judge.returns import Outcome
 from harness.judge.verdicts import HONEST
 from harness.policies import load_policy
 from harness.run.closed_loop import ClosedLoop
+from harness.run.command_plan import sweep_plan
 from harness.run.options import SweepConfig
 from harness.run.plan import EpisodeWork, Unit, plan_inputs, plan_units
 from harness.store.claim import Claim
@@ -204,7 +205,7 @@ def test_a_resumed_auto_run_plays_the_rounds_an_uninterrupted_one_would(near_tie
     """Rounds 0 and 1 staged, then the driver killed: the resumed run judges round 0 alone from
     its staged rows, plans round 1 again (the same unit, staged: not run), and then the same
     round 2 as a run that never stopped."""
-    config = SweepConfig(policies=[str(near_tie)], dtypes=["float32"], episodes="auto", return_margin="0.1std")
+    config = sweep_plan(SweepConfig(policies=[str(near_tie)], dtypes=["float32"], episodes="auto", return_margin="0.1std"))
     policy = load_policy(str(near_tie))
     policies = {str(near_tie): policy}
     units = plan_units(config, policies, {str(near_tie): plan_inputs(config, policy)}, {"float32": "float32"})

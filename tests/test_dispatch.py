@@ -15,6 +15,7 @@ import pytest
 from harness.policies import load_policy
 from harness.run.clients import PolicyClient, ReferenceClient
 from harness.run.dispatch import Role, SharedRefs, submit
+from harness.run.command_plan import sweep_plan
 from harness.run.options import SweepConfig
 from harness.run.place import Placed, Placement
 from tests.builders import described
@@ -52,7 +53,7 @@ def _placement(cards: int) -> tuple[Placement, Counter[tuple[Any, ...]]]:
 
 def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_released() -> None:
     policies = {"cartpole": load_policy("cartpole")}
-    config = SweepConfig(policies=["cartpole"], dtypes=["float32", "bfloat16"], batch_sizes=[1, 64], episodes=2)
+    config = sweep_plan(SweepConfig(policies=["cartpole"], dtypes=["float32", "bfloat16"], batch_sizes=[1, 64], episodes=2))
     inputs = {"cartpole": plan_inputs(config, policies["cartpole"])}
     units = plan_units(config, policies, inputs, {"float32": "float32", "bfloat16": "bfloat16"})
     placement, calls = _placement(cards=2)

@@ -30,6 +30,7 @@ from harness.judge.kinds import CheckKind
 from harness.policies import load_policy
 from harness.policies.policy_files import PublishedScore
 from harness.run.closed_loop import ClosedLoop
+from harness.run.command_plan import sweep_plan
 from harness.run.options import SweepConfig
 from harness.run.plan import EpisodeWork, Unit, plan_inputs, plan_units
 from harness.store.schema import EpisodeRow
@@ -43,7 +44,7 @@ SEEDS = range(4)  # the sweep's default --seed 0 and --episodes 4
 def test_the_published_score_is_judged_on_the_cpu_episodes_of_the_mode_it_was_published_in() -> None:
     """Whichever dtype's units played them: a seed's CPU episode is the same in every one."""
     cartpole = load_policy("cartpole")
-    config = SweepConfig(policies=["cartpole"], dtypes=["float32", "float16"], batch_sizes=[1], episodes=2)
+    config = sweep_plan(SweepConfig(policies=["cartpole"], dtypes=["float32", "float16"], batch_sizes=[1], episodes=2))
     for deterministic in (True, False):
         cartpole.info = replace(cartpole.info, published=PublishedScore(500.0, 0.0, deterministic, 10, "a card"))
         policies = {"cartpole": cartpole}

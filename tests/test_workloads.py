@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.run.command_plan import sweep_plan
 from harness.run.options import SweepConfig
 from harness.run.plan import plan_batches, plan_inputs, plan_units
 from harness.policies import load_policy
@@ -33,7 +34,7 @@ def test_uniform_stays_inside_finite_bounds() -> None:
 
 def test_edge_batch_hits_the_normalizer_clamp_exactly_and_goes_far_beyond() -> None:
     policy = load_policy("huggy-arch")
-    edge = next(b for b in plan_batches(SweepConfig(policies=["huggy-arch"]), policy) if b.distribution == "edge")
+    edge = next(b for b in plan_batches(sweep_plan(SweepConfig(policies=["huggy-arch"])), policy) if b.distribution == "edge")
     normalized = policy.normalizer(torch.from_numpy(edge.obs[0])).numpy()
     assert np.all(normalized[0] == np.clip(-policy.normalizer.running_mean.numpy() / policy.normalizer.std().numpy(), -5, 5))
     assert np.allclose(normalized[1], -5.0, atol=1e-4) and np.allclose(normalized[2], 5.0, atol=1e-4)
@@ -50,7 +51,7 @@ def test_discrete_noise_is_gumbel_and_samples_the_softmax() -> None:
 
 def test_unit_ids_are_stable_and_distinct() -> None:
     policies = {"cartpole": load_policy("cartpole")}
-    config = SweepConfig(policies=["cartpole"], dtypes=["float32", "bfloat16"], episodes=2)
+    config = sweep_plan(SweepConfig(policies=["cartpole"], dtypes=["float32", "bfloat16"], episodes=2))
     inputs = {"cartpole": plan_inputs(config, policies["cartpole"])}
     labels = {"float32": "float32", "bfloat16": "bfloat16"}
     units = plan_units(config, policies, inputs, labels)

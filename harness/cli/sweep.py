@@ -29,16 +29,17 @@ def run(args: argparse.Namespace, name: str = "harness", again: str = "harness s
     """The sweep, as the entry point `name` runs it; `again` is how that entry point is run to
     resume (DASHBOARD in it stands for the cluster's dashboard). The options are checked before
     the driver (torch, Ray) is imported: a mistake is answered at once."""
+    from harness.run.command_plan import sweep_plan
     from harness.run.options import config_from_args
     from harness.run.phases import Phases
 
-    config = config_from_args(args, SweepConfig)
+    plan = sweep_plan(config_from_args(args, SweepConfig))
     phases = Phases()
     with phases("imports"):
         from harness.run.lifecycle import EXIT_CODES
         from harness.run.sweep import run_sweep
 
-    outcome = run_sweep(config, command=" ".join(sys.argv), phases=phases)
+    outcome = run_sweep(plan, command=" ".join(sys.argv), phases=phases)
     if outcome.status in EXIT_CODES:
         why = f"{outcome.reason}; " if outcome.reason else ""
         if outcome.resume_args:

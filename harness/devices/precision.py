@@ -24,11 +24,13 @@ from __future__ import annotations
 import importlib.metadata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Literal, get_args
 
 from harness.devices.reading import is_unreadable, plain, read_setting
 from harness.errors import UsageError, first_line
 
-PRECISIONS = ("strict", "device-default")
+Precision = Literal["strict", "device-default"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
 # `torch.get_float32_matmul_precision()` as torch documents its levels: "high" lets float32
 # matmuls use TF32 (or bf16x3), "medium" bfloat16. Only read before torch 2.9.

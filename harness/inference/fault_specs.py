@@ -37,6 +37,7 @@ passed would read as a negative test that passed.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from harness.errors import UsageError
@@ -108,7 +109,7 @@ def parse_faults(specs: list[str]) -> list[Fault]:
     return faults
 
 
-def refuse_absent_cards(faults: list[Fault], n_cards: int | None, cards_from: str) -> None:
+def refuse_absent_cards(faults: Sequence[Fault], n_cards: int | None, cards_from: str) -> None:
     """UsageError for a fault on a card a run of `n_cards` cards (None: not known yet) does not
     have; `cards_from` says where the count came from (`--cards 2`)."""
     for fault in faults:
@@ -120,7 +121,7 @@ def refuse_absent_cards(faults: list[Fault], n_cards: int | None, cards_from: st
             )
 
 
-def refuse_absent_dtypes(faults: list[Fault], dtypes: list[str]) -> None:
+def refuse_absent_dtypes(faults: Sequence[Fault], dtypes: Sequence[str]) -> None:
     """UsageError for a fault that acts only on a dtype the run does not compute in (`dtypes`
     holds float32 where a precision plan keeps layers in it)."""
     for fault in faults:
@@ -132,7 +133,7 @@ def refuse_absent_dtypes(faults: list[Fault], dtypes: list[str]) -> None:
             )
 
 
-def refuse_maskless(faults: list[Fault], any_masked: bool, policies: list[str]) -> None:
+def refuse_maskless(faults: Sequence[Fault], any_masked: bool, policies: list[str]) -> None:
     """UsageError for ignore-masks in a run none of whose policies (`policies`) takes action masks."""
     for fault in faults:
         if fault.kind == "ignore-masks" and not any_masked:

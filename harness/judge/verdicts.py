@@ -32,6 +32,7 @@ And:
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -117,7 +118,7 @@ class Rules:
     """The policy chooses among the actions a mask allows: every card's actions are checked against it."""
 
 
-def tolerance_of(dtype: str, user: dict[str, Tolerance]) -> tuple[Tolerance, bool]:
+def tolerance_of(dtype: str, user: Mapping[str, Tolerance]) -> tuple[Tolerance, bool]:
     """The tolerance for a dtype label (float32-tf32 falls back to float32's table) and whether
     it is the user's."""
     if dtype in user:

@@ -24,7 +24,8 @@ from harness.devices import accelerator
 from harness.envs.registry import entry_point, max_episode_steps
 from harness.errors import UsageError
 from harness.policies import PolicyNet
-from harness.run.options import AUTO_EPISODES, BenchConfig, CommonOptions, SweepConfig
+from harness.run.command_plan import BenchPlan, CommonPlan, SweepPlan
+from harness.run.options import AUTO_EPISODES
 from harness.run.place import cluster_address
 from harness.run.plan import planned_batches
 from harness.workloads import noise_shape
@@ -76,24 +77,24 @@ def check_cards(cards: int | None, kind: str, address: str | None) -> None:
         )
 
 
-def planned_cards(kind: str, config: CommonOptions) -> int | None:
+def planned_cards(kind: str, common: CommonPlan) -> int | None:
     """The cards a run will get, where that is known before Ray starts: those asked for, or the
     simulated ones a private local Ray declares; None where a cluster (or the node's own cards) will say."""
-    if config.cards is not None or cluster_address(config.address):
-        return config.cards
+    if common.cards is not None or cluster_address(common.address):
+        return common.cards
     return accelerator(kind).local_cards
 
 
-def expected_cards(kind: str, config: CommonOptions) -> int:
+def expected_cards(kind: str, common: CommonPlan) -> int:
     """The cards a run will get as far as can be told before Ray starts, else one."""
-    return planned_cards(kind, config) or 1
+    return planned_cards(kind, common) or 1
 
 
-def cards_source(config: CommonOptions) -> str:
+def cards_source(common: CommonPlan) -> str:
     """Where a run's card count comes from, as a refusal says it."""
-    if config.cards is not None:
-        return f"--cards {config.cards}"
-    if cluster_address(config.address):
+    if common.cards is not None:
+        return f"--cards {common.cards}"
+    if cluster_address(common.address):
         return "all the cluster has"
     return "the private local Ray's simulated cards; --cards N for more"
 
@@ -126,17 +127,17 @@ def available_memory() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def estimate(config: CommonOptions, policies: dict[str, PolicyNet], n_cards: int) -> Estimate:
+def estimate(plan: SweepPlan | BenchPlan, policies: dict[str, PolicyNet], n_cards: int) -> Estimate:
     """The memory of a sweep or a bench of `policies` on `n_cards` cards."""
-    episodes = most_episodes(config) if isinstance(config, SweepConfig) else max(config.batch_sizes)
-    dtypes, actors = len(config.dtypes), n_cards + (1 if isinstance(config, SweepConfig) else 0)
+    episodes = most_episodes(plan) if isinstance(plan, SweepPlan) else max(plan.common.batch_sizes)
+    dtypes, actors = len(plan.common.dtypes), n_cards + (1 if isinstance(plan, SweepPlan) else 0)
     driver = object_store = weights = largest_unit = 0
     for policy in policies.values():
-        if isinstance(config, SweepConfig):
-            sizes = [b.rows for b in planned_batches(config, policy.info)]
+        if isinstance(plan, SweepPlan):
+            sizes = [b.rows for b in planned_batches(plan, policy.info)]
         else:
-            assert isinstance(config, BenchConfig)
-            sizes = list(config.batch_sizes)
+            assert isinstance(plan, BenchPlan)
+            sizes = list(plan.common.batch_sizes)
         rows = sum(sizes)
         inputs, outputs = rows * input_bytes_per_row(policy), rows * output_bytes_per_row(policy)
         driver += inputs + max(sizes) * output_bytes_per_row(policy) * (n_cards + REFERENCE_CALLS)
@@ -148,9 +149,9 @@ def estimate(config: CommonOptions, policies: dict[str, PolicyNet], n_cards: int
     return Estimate(driver, object_store, actors * (ACTOR_BYTES + weights + largest_unit))
 
 
-def most_episodes(config: SweepConfig) -> int:
+def most_episodes(plan: SweepPlan) -> int:
     """The largest episode unit: `--episodes`, or with auto its cap (no round is larger)."""
-    return config.auto_max_episodes if config.episodes == AUTO_EPISODES else config.episodes
+    return plan.auto_max_episodes if plan.episodes == AUTO_EPISODES else plan.episodes
 
 
 def input_bytes_per_row(policy: PolicyNet) -> int:

@@ -35,7 +35,8 @@ from harness.judge.verdicts import (
     judge_returns,
 )
 from harness.policies import PolicyNet
-from harness.run.options import AUTO_EPISODES, SweepConfig
+from harness.run.command_plan import SweepPlan
+from harness.run.options import AUTO_EPISODES
 from harness.run.plan import PUBLISHED_DTYPE, EpisodeWork, Unit, unit_id
 from harness.store.schema import EpisodeRow
 
@@ -96,13 +97,13 @@ class Verdict:
 class ClosedLoop:
     """Every episode unit's rows by policy, dtype and mode; the rounds still to play; the verdicts."""
 
-    def __init__(self, config: SweepConfig, policies: dict[str, PolicyNet]) -> None:
-        self.rules = ClosedLoopRules(config.margin, config.require_conclusive, config.require_published_return)
+    def __init__(self, plan: SweepPlan, policies: dict[str, PolicyNet]) -> None:
+        self.rules = ClosedLoopRules(plan.margin, plan.require_conclusive, plan.require_published_return)
         self.policies = policies
-        self.seed = config.seed
-        self.auto = config.episodes == AUTO_EPISODES
-        self.max_episodes = config.auto_max_episodes
-        self.max_seconds = config.auto_max_seconds
+        self.seed = plan.common.seed
+        self.auto = plan.episodes == AUTO_EPISODES
+        self.max_episodes = plan.auto_max_episodes
+        self.max_seconds = plan.auto_max_seconds
         self.groups: dict[tuple[Mode, str], Group] = {}
         self.stopped = ""  # why --episodes auto played no further round
         self._started: float | None = None

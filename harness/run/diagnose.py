@@ -27,6 +27,7 @@ from harness.policies import PolicyNet, PolicySpec
 from harness.policies.keep_float32 import precision_layers
 from harness.run.gather import Watch
 from harness.run.lifecycle import ray_cluster
+from harness.run.command_plan import SweepPlan, sweep_plan
 from harness.run.options import SweepConfig, validate
 from harness.run.phases import Phases
 from harness.run.place import Placement, place_sweep
@@ -95,37 +96,35 @@ def stored_config(results: Path, run_id: str) -> SweepConfig:
     return config
 
 
-def rerun_config(
-    config: SweepConfig, results: Path, address: str | None, policies: list[str], *, keep_plan: bool
-) -> SweepConfig:
-    """The run's configuration, for running some of its units again (a diagnosis step, a repro)
-    on `policies`: the run's dtypes and faults (each unit says its own dtype), its precision plan
-    where `keep_plan`, nothing written under the run's id, on `address` where given, else the run's."""
+def rerun_plan(config: SweepConfig, results: Path, address: str | None, policies: list[str], *, keep_plan: bool) -> SweepPlan:
+    """The run's configuration, planned for running some of its units again (a diagnosis step, a
+    repro) on `policies`: the run's dtypes and faults (each unit says its own dtype), its precision
+    plan where `keep_plan`, nothing written under the run's id, on `address` where given, else the run's."""
     step = SweepConfig(**json.loads(config.to_json()))
     step.policies, step.run_id, step.progress = policies, None, False
     step.results, step.resume = str(results), None
     step.keep_float32 = config.keep_float32 if keep_plan else None
     step.address = address if address is not None else config.address
-    return validate(step)
+    return sweep_plan(validate(step))
 
 
 @contextmanager
 def rerun_actors(
-    step: SweepConfig, specs: list[PolicySpec], policies: dict[str, PolicyNet], folder: Path, phases: Phases
+    step: SweepPlan, specs: list[PolicySpec], policies: dict[str, PolicyNet], folder: Path, phases: Phases
 ) -> Iterator[tuple[Placement, Watch]]:
     """The run's cards, with their faults (marker files under `folder`), and its CPU reference,
     placed again for a rerun (`step`), and the watch over them; Ray's for the length of the `with`."""
-    kind = resolve_accelerator(step.accelerator)
-    with ray_cluster(step.address, kind, step.cards, phases) as joined:
+    kind = resolve_accelerator(step.common.accelerator)
+    with ray_cluster(step.common.address, kind, step.common.cards, phases) as joined:
         with phases("actors"):
             placement = place_sweep(
                 kind,
                 joined.n_cards,
                 step.placement,
                 specs,
-                step.threads,
-                step.precision,
-                step.faults,
+                step.common.threads,
+                step.common.precision,
+                step.common.faults,
                 folder / "faults",
                 policies,
             )
@@ -143,7 +142,7 @@ def diagnose(results: Path, run_id: str, address: str | None) -> Path | None:
         return None
     folder = inside(results, results / "diagnose" / run_id)
     plans = _search_all(
-        rerun_config(config, results, address, list(dict.fromkeys(f.policy for f in todo)), keep_plan=False), folder, todo
+        rerun_plan(config, results, address, list(dict.fromkeys(f.policy for f in todo)), keep_plan=False), folder, todo
     )
     path = write_plan(folder / "plan.json", Plan(run_id, tuple(plans)))
     for plan in plans:
@@ -154,9 +153,9 @@ def diagnose(results: Path, run_id: str, address: str | None) -> Path | None:
     return path
 
 
-def _search_all(step: SweepConfig, folder: Path, todo: list[Failing]) -> list[KeptLayers]:
+def _search_all(step: SweepPlan, folder: Path, todo: list[Failing]) -> list[KeptLayers]:
     """Each failing (policy, dtype)'s plan, searched in turn on actors placed once for all."""
-    specs, policies = load_policies(step)
+    specs, policies = load_policies(step.common)
     inputs = {key: plan_inputs(step, policy) for key, policy in policies.items()}
     phases = Phases()
     with rerun_actors(step, specs, policies, folder, phases) as (placement, watch):
@@ -164,7 +163,7 @@ def _search_all(step: SweepConfig, folder: Path, todo: list[Failing]) -> list[Ke
 
 
 def _search(
-    step: SweepConfig,
+    step: SweepPlan,
     placement: Placement,
     watch: Watch,
     policies: dict[str, PolicyNet],

@@ -77,7 +77,7 @@ def finish_run_row(row: RunRow, status: str, summary: dict[str, object], phases:
     return row
 
 
-def said_at_the_end(run_id: str, results: str, phases: Phases) -> None:
+def said_at_the_end(run_id: str, results: Path, phases: Phases) -> None:
     """Where the run's time went, and the command that reports it."""
     print(phases.line())
-    print(f"report: {shlex.join(['harness', 'report', run_id, '--results', results])}")
+    print(f"report: {shlex.join(['harness', 'report', run_id, '--results', str(results)])}")

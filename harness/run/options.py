@@ -5,7 +5,10 @@ Each field is declared with `option` (harness/run/option_fields.py): its flag an
 so the command line, the TOML file (`--config FILE`), `jobs/sweep.py` and every `--help` (defaults
 included) come from one place, as CleanRL's `Args` does. Precedence: the field's default, then the
 TOML file, then flags given on the command line. Values are checked in `validate`, before Ray
-starts, with the bad value and a valid example. Light on purpose: `harness --help` imports this module.
+starts, with the bad value and a valid example; the specs among them (faults, tolerances, ratio
+limits, the return margin, a precision plan) are parsed once, into the typed plan the run reads
+(harness/run/command_plan.py). A config stays what the user wrote: it is what a run records and
+what --resume reads back. Light on purpose: `harness --help` imports this module.
 """
 
 from __future__ import annotations
@@ -14,27 +17,24 @@ import argparse
 import dataclasses
 import json
 from dataclasses import dataclass
-from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from harness.devices.registry import AUTO, auto_help, choices
-from harness.devices.precision import PRECISIONS
+from harness.devices.precision import PRECISIONS, Precision
 from harness.dtypes import CARD_DTYPES
 from harness.errors import UsageError
 from harness.run.option_fields import meta_of, option, redefault, values_from_args
 from harness.store.paths import check_results_folder, check_run_id
 
 if TYPE_CHECKING:
-    from harness.inference.fault_specs import Fault
-    from harness.judge.compare import Tolerance
-    from harness.judge.golden import RatioLimits
-    from harness.judge.returns import Margin
     from harness.policies.base import ActionKind
 
 DEFAULT_POLICIES = ("cartpole", "huggy-arch")
-PLACEMENT_STRATEGIES = ("PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD")
-EPISODE_BATCHINGS = ("lockstep", "single")
+Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
+PLACEMENT_STRATEGIES: tuple[Strategy, ...] = get_args(Strategy)
+EpisodeBatching = Literal["lockstep", "single"]
+EPISODE_BATCHINGS: tuple[EpisodeBatching, ...] = get_args(EpisodeBatching)
 AUTO_EPISODES: Literal["auto"] = "auto"
 """`--episodes auto`: rounds of episodes until every closed-loop verdict is conclusive."""
 ACTION_KINDS = ("discrete", "continuous")
@@ -124,7 +124,7 @@ class CommonOptions:
         metavar="GIB",
         above=0,
     )
-    precision: str = option(
+    precision: Precision = option(
         "--precision",
         "strict: TF32/HF32 and reduced-precision reductions off on every card; device-default: as the card comes",
         "strict",
@@ -204,7 +204,7 @@ class SweepConfig(CommonOptions):
         metavar="S",
         above=0,
     )
-    episode_batching: str = option(
+    episode_batching: EpisodeBatching = option(
         "--episode-batching",
         "lockstep: a unit's episodes step together, one batched forward per step; single: batch 1, as a deployed agent runs",
         "lockstep",
@@ -256,7 +256,7 @@ class SweepConfig(CommonOptions):
         metavar="S",
         above=0,
     )
-    placement: str = option("--placement", "placement group strategy", "PACK", choices=PLACEMENT_STRATEGIES)
+    placement: Strategy = option("--placement", "placement group strategy", "PACK", choices=PLACEMENT_STRATEGIES)
     keep_float32: str | None = option(
         "--keep-float32",
         "a precision plan `harness diagnose` wrote: its layers computed in float32 on every card, each planned dtype "
@@ -267,37 +267,6 @@ class SweepConfig(CommonOptions):
     resume: str | None = option(
         "--resume", "run id of an interrupted sweep: run only its missing units", None, metavar="RUN_ID"
     )
-
-    # The options that are specs, as the typed values the run uses: parsed once (by `validate`,
-    # which refuses a bad one), never again where they are used.
-    @cached_property
-    def faults(self) -> list[Fault]:
-        from harness.inference.fault_specs import parse_faults
-
-        return parse_faults(self.inject_fault)
-
-    @cached_property
-    def tolerances(self) -> dict[str, Tolerance]:
-        return parse_tolerances(self.tolerance)
-
-    @cached_property
-    def kept(self) -> dict[tuple[str, str], tuple[str, ...]]:
-        """--keep-float32: (policy, dtype) -> the layers computed in float32."""
-        if self.keep_float32 is None:
-            return {}
-        from harness.run.precision_plan import read_plan
-
-        return read_plan(Path(self.keep_float32)).kept()
-
-    @cached_property
-    def limits(self) -> RatioLimits:
-        return ratio_limits(self)
-
-    @cached_property
-    def margin(self) -> Margin:
-        from harness.judge.returns import Margin
-
-        return Margin.parse(self.return_margin)
 
 
 @dataclass
@@ -386,26 +355,20 @@ class BenchConfig(CommonOptions):
         choices=_env_impls,
     )
 
-    @cached_property
-    def faults(self) -> list[Fault]:
-        """`--inject-fault`, parsed once (by `validate`, which refuses a bad one)."""
-        from harness.inference.fault_specs import parse_faults
-
-        return parse_faults(self.inject_fault)
-
 
 def config_from_args(args: argparse.Namespace, config_type: type[Config]) -> Config:
     """The command's config from its parsed flags and `--config` file, validated."""
     return validate(config_type(**values_from_args(args, config_type)))
 
 
-def _csv(values: list[Any]) -> str:
+def csv(values: list[Any]) -> str:
     return ",".join(map(str, values))
 
 
 def validate(config: Config) -> Config:
     """Reject bad values up front, with the bad value and what it may be: first each option by
-    its own choices and bounds, then what options say about each other."""
+    its own choices and bounds, then what options say about each other. The specs are checked
+    where they are parsed, into the command's plan (harness/run/command_plan.py)."""
     for f in dataclasses.fields(config):
         meta_of(f).check(getattr(config, f.name))
     check_results_folder(Path(config.results))
@@ -422,68 +385,10 @@ def validate(config: Config) -> Config:
 
 
 def _validate_sweep(config: SweepConfig) -> None:
-    from harness.inference.fault_specs import refuse_absent_cards, refuse_absent_dtypes
-
     if config.resume is not None:
         check_run_id(config.resume, "--resume")
-    refuse_absent_cards(config.faults, config.cards, f"--cards {config.cards}")
-    # A precision plan computes its kept layers in float32, whatever the dtype it plans.
-    refuse_absent_dtypes(config.faults, [*config.dtypes, *(["float32"] if config.kept else [])])
-    config.tolerances  # noqa: B018 (parsed here, so that a bad one is refused before Ray starts)
-    for policy, dtype in config.kept:
-        if policy not in config.policies or dtype not in config.dtypes:
-            raise UsageError(
-                f"--keep-float32 {config.keep_float32}: its plan for {policy} {dtype} does not apply to this sweep "
-                f"(--policy {' '.join(config.policies)}, --dtypes {','.join(config.dtypes)}); a plan never applied "
-                "never passes"
-            )
-    config.limits  # noqa: B018
 
 
 def _validate_bench(config: BenchConfig) -> None:
-    from harness.inference.fault_specs import MODEL_KINDS, refuse_absent_cards, refuse_absent_dtypes
-
     if config.cards is not None and config.card_counts and max(config.card_counts) > config.cards:
-        raise UsageError(f"--card-counts {_csv(config.card_counts)!r}: more than --cards {config.cards}")
-    refuse_absent_cards(config.faults, config.cards, f"--cards {config.cards}")
-    refuse_absent_dtypes(config.faults, config.dtypes)
-    for fault in config.faults:
-        if fault.kind not in MODEL_KINDS:
-            raise UsageError(
-                f"--inject-fault {fault}: a bench injects only into its timed path: {', '.join(MODEL_KINDS)}, "
-                "e.g. card0:perturb-weight"
-            )
-
-
-def parse_tolerances(specs: list[str]) -> dict[str, Tolerance]:
-    """`--tolerance DTYPE=ATOL,RTOL`, repeatable: the user's tolerance table by dtype."""
-    from harness.dtypes import REDUCED_FLOAT32
-    from harness.judge.compare import TOLERANCES, Tolerance
-
-    tables = {}
-    for spec in specs:
-        dtype, _, numbers = spec.partition("=")
-        parts = numbers.split(",")
-        try:
-            if len(parts) != 2 or dtype not in (*TOLERANCES, *REDUCED_FLOAT32):
-                raise ValueError
-            atol, rtol = (float(p) for p in parts)
-            tables[dtype] = Tolerance(atol, rtol, TOLERANCES[dtype.split("-")[0]].min_cos)
-        except (ValueError, TypeError):
-            known = ", ".join((*TOLERANCES, *REDUCED_FLOAT32))
-            raise UsageError(
-                f"--tolerance {spec!r}: expected DTYPE=ATOL,RTOL with DTYPE one of {known}, e.g. float16=0.05,0.002"
-            ) from None
-    return tables
-
-
-def ratio_limits(config: SweepConfig) -> RatioLimits:
-    from harness.judge.golden import RatioLimits
-
-    try:
-        return RatioLimits(*config.ratio_limits)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(
-            f"--ratio-limits {_csv(config.ratio_limits)!r}: three limits, for >= 1000, >= 100 and fewer elements, "
-            f"e.g. 3,5,10 ({exc})"
-        ) from None
+        raise UsageError(f"--card-counts {csv(config.card_counts)!r}: more than --cards {config.cards}")

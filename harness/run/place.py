@@ -253,7 +253,7 @@ def place_sweep(
     policies: list[PolicySpec],
     threads: int,
     precision: str,
-    faults: list[Fault],
+    faults: Sequence[Fault],
     marker_dir: Path,
     loaded: dict[str, PolicyNet],
 ) -> Placement:
@@ -291,7 +291,7 @@ def place_bench(
     policies: dict[str, PolicyNet],
     threads: int,
     precision: str,
-    faults: list[Fault],
+    faults: Sequence[Fault],
 ) -> list[BenchCard]:
     """A BenchActor per card, one bundle each (a bench has no CPU reference), each with its own
     timed-path faults. The placement group lives until Ray shuts down."""

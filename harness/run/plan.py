@@ -21,7 +21,8 @@ from harness.envs.spec import EnvSpec, is_registered, require_registered
 from harness.errors import UsageError
 from harness.policies import PolicyNet, PolicySpec, load_policy, with_found_env
 from harness.policies.base import ObservationNormalizer, PolicyInfo
-from harness.run.options import AUTO_EPISODES, CommonOptions, SweepConfig
+from harness.run.command_plan import CommonPlan, SweepPlan
+from harness.run.options import AUTO_EPISODES
 from harness.workloads import ObsBatch, make_batch
 
 EDGE_BATCH = 64
@@ -128,22 +129,22 @@ class Unit:
         return self.work.name
 
 
-def load_policies(config: CommonOptions) -> tuple[list[PolicySpec], dict[str, PolicyNet]]:
+def load_policies(common: CommonPlan) -> tuple[list[PolicySpec], dict[str, PolicyNet]]:
     """Each policy the user named, loaded in the driver, and the specs the actors load it from:
     carrying the environment the driver found, so that no actor parses the files beside a
     policy again."""
-    refuse_unknown_envs(config)
-    specs = policy_specs(config)
+    refuse_unknown_envs(common)
+    specs = policy_specs(common)
     policies = {spec.source: with_gymnasium_id(load_policy(spec)) for spec in specs}
     return [with_found_env(spec, policies[spec.source]) for spec in specs], policies
 
 
-def refuse_unknown_envs(config: CommonOptions) -> None:
+def refuse_unknown_envs(common: CommonPlan) -> None:
     """`--env` and the config's [envs] name environments gymnasium knows (or renamed), whether or
     not a policy plays them: a misspelt --env next to policies that name their own would
     otherwise pass unseen."""
-    named = [("--env", config.env)] if config.env is not None else []
-    for where, env_id in [*named, *((f"[envs] {policy}", env) for policy, env in config.envs.items())]:
+    named = [("--env", common.env)] if common.env is not None else []
+    for where, env_id in [*named, *((f"[envs] {policy}", env) for policy, env in common.envs.items())]:
         if renamed(env_id) is None:
             try:
                 require_registered(env_id)
@@ -164,18 +165,18 @@ def with_gymnasium_id(policy: PolicyNet) -> PolicyNet:
     return policy
 
 
-def policy_specs(config: CommonOptions) -> list[PolicySpec]:
+def policy_specs(common: CommonPlan) -> list[PolicySpec]:
     """Each policy the user named, with the options that tell how to load it."""
     return [
         PolicySpec(
             source=name,
-            env_id=config.envs.get(name, config.env),
-            env_source="the config's envs" if name in config.envs else "--env",
-            env_overrides=name in config.envs,
-            onnx_output=config.onnx_output,
-            action_kind=config.action_kind,
+            env_id=common.envs.get(name, common.env),
+            env_source="the config's envs" if name in common.envs else "--env",
+            env_overrides=name in common.envs,
+            onnx_output=common.onnx_output,
+            action_kind=common.action_kind,
         )
-        for name in config.policies
+        for name in common.policies
     ]
 
 
@@ -187,17 +188,17 @@ class Inputs:
     episodes: list[EpisodeWork]
 
 
-def plan_inputs(config: SweepConfig, policy: PolicyNet) -> Inputs:
+def plan_inputs(plan: SweepPlan, policy: PolicyNet) -> Inputs:
     """The batches and episodes; an environment that does not fit the policy is refused here,
     before Ray starts."""
     env = EnvSpec.played_by(policy.info)
-    if config.episodes and env is not None:
+    if plan.episodes and env is not None:
         check_env(env, policy.info)
-    return Inputs(plan_batches(config, policy), plan_episodes(config, policy))
+    return Inputs(plan_batches(plan, policy), plan_episodes(plan, policy))
 
 
 def plan_units(
-    config: SweepConfig, policies: dict[str, PolicyNet], inputs: dict[str, Inputs], dtypes: dict[str, str]
+    plan: SweepPlan, policies: dict[str, PolicyNet], inputs: dict[str, Inputs], dtypes: dict[str, str]
 ) -> list[Unit]:
     """Every unit of the sweep in the dtypes of `dtypes`, which maps each to its label on these
     cards, to which a precision plan (--keep-float32) adds the layers it keeps in float32."""
@@ -205,7 +206,7 @@ def plan_units(
     for key, policy in policies.items():
         batches = inputs[key].batches
         for dtype, card_label in dtypes.items():
-            label = kept_label(card_label, config.kept.get((key, dtype), ()))
+            label = kept_label(card_label, plan.kept.get((key, dtype), ()))
             works: list[Work] = [BatchWork(b) for b in batches]
             works += [
                 InvarianceWork(largest_normal(batches), rows)
@@ -228,23 +229,23 @@ class PlannedBatch:
     rows: int
 
 
-def planned_batches(config: SweepConfig, info: PolicyInfo) -> list[PlannedBatch]:
+def planned_batches(plan: SweepPlan, info: PolicyInfo) -> list[PlannedBatch]:
     """The batches a sweep feeds a policy: each batch size of normal observations, the uniform
     batch and the edge batch."""
-    normal = [PlannedBatch("normal", size) for size in config.batch_sizes]
+    normal = [PlannedBatch("normal", size) for size in plan.common.batch_sizes]
     return [*normal, PlannedBatch("uniform", uniform_rows(info)), PlannedBatch("edge", EDGE_BATCH)]
 
 
-def plan_batches(config: SweepConfig, policy: PolicyNet) -> list[ObsBatch]:
+def plan_batches(plan: SweepPlan, policy: PolicyNet) -> list[ObsBatch]:
     info, normalizer = policy.info, policy.normalizer
 
     def made(b: PlannedBatch) -> ObsBatch:
         if b.distribution == "edge" and isinstance(normalizer, ObservationNormalizer):
             # On the normalizer's clamp and far beyond it, rather than on the observation bounds.
-            return make_batch(info, "edge", b.rows, config.seed, normalizer.clamp_bounds(), normalizer.clip)
-        return make_batch(info, b.distribution, b.rows, config.seed)
+            return make_batch(info, "edge", b.rows, plan.common.seed, normalizer.clamp_bounds(), normalizer.clip)
+        return make_batch(info, b.distribution, b.rows, plan.common.seed)
 
-    return [made(b) for b in planned_batches(config, info)]
+    return [made(b) for b in planned_batches(plan, info)]
 
 
 def uniform_rows(info: PolicyInfo) -> int:
@@ -259,15 +260,15 @@ def largest_normal(batches: list[ObsBatch]) -> ObsBatch:
     return max((b for b in batches if b.distribution == "normal"), key=lambda b: b.size)
 
 
-def plan_episodes(config: SweepConfig, policy: PolicyNet) -> list[EpisodeWork]:
+def plan_episodes(plan: SweepPlan, policy: PolicyNet) -> list[EpisodeWork]:
     """Closed-loop episodes for policies that have an environment: the first round of each mode
     (with `--episodes auto`, harness/run/closed_loop.py plans the others)."""
     env = EnvSpec.played_by(policy.info)
-    count = AUTO_FIRST_ROUND if config.episodes == AUTO_EPISODES else config.episodes
+    count = AUTO_FIRST_ROUND if plan.episodes == AUTO_EPISODES else plan.episodes
     if count == 0 or env is None:
         return []
-    seeds = tuple(range(config.seed, config.seed + count))
-    return [EpisodeWork(env, seeds, stochastic, config.episode_batching) for stochastic in (False, True)]
+    seeds = tuple(range(plan.common.seed, plan.common.seed + count))
+    return [EpisodeWork(env, seeds, stochastic, plan.episode_batching) for stochastic in (False, True)]
 
 
 def unit_id(policy: PolicyNet, dtype: str, work: Work) -> str:

@@ -6,7 +6,7 @@ dtype. A JSON file, so the same plan can be read by whatever deploys the policy.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -90,7 +90,9 @@ def _kept(raw: Mapping[str, Any]) -> KeptLayers:
     return KeptLayers(str(raw["policy"]), dtype, layers, str(raw["found_on"]), steps, bool(raw["verified"]))
 
 
-def check_plan(kept: Mapping[tuple[str, str], tuple[str, ...]], policies: Mapping[str, list[str]], dtypes: list[str]) -> None:
+def check_plan(
+    kept: Mapping[tuple[str, str], tuple[str, ...]], policies: Mapping[str, list[str]], dtypes: Sequence[str]
+) -> None:
     """UsageError for a plan that cannot apply to this sweep: a policy it does not run, a dtype
     it does not compute in, a layer the policy does not have (`policies`: each policy's layers
     a plan can name). A plan that never applied would read as a plan that passed."""

@@ -30,7 +30,7 @@ from harness.dtypes import MANTISSA_BITS, base_dtype, precision_of
 from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.torchscript import output_names
 from harness.judge.kinds import CheckKind
-from harness.run.diagnose import rerun_actors, rerun_config, stored_config
+from harness.run.diagnose import rerun_actors, rerun_plan, stored_config
 from harness.run.dispatch import Role, judge, submit
 from harness.run.gather import gather
 from harness.run.phases import Phases
@@ -84,8 +84,8 @@ def repro(results: Path, run_id: str, wanted: Wanted, address: str | None, copy_
     config = stored_config(results, run_id)
     [run] = read_run(results, run_id)
     row = pick(pq.read_table(table_dir(results, "checks", run_id)).to_pylist(), wanted)
-    step = rerun_config(config, results, address, [row["policy"]], keep_plan=True)
-    specs, policies = load_policies(step)
+    step = rerun_plan(config, results, address, [row["policy"]], keep_plan=True)
+    specs, policies = load_policies(step.common)
     policy = policies[row["policy"]]
     batch = next((b for b in plan_inputs(step, policy).batches if b.name == row["workload"]), None)
     if batch is None or batch.sha256 != row["input_sha256"]:
@@ -142,14 +142,14 @@ def repro(results: Path, run_id: str, wanted: Wanted, address: str | None, copy_
         "card": {
             **placement.cards[position].described.record(),
             "position": position,
-            "faults": [str(f) for f in step.faults if f.applies_to(position)],
+            "faults": [str(f) for f in step.common.faults if f.applies_to(position)],
         },
         "dtype": {
             "label": row["dtype"],
             "computes_in": base_dtype(row["dtype"]),
             "mantissa_bits": MANTISSA_BITS[precision_of(row["dtype"])],
-            "precision": step.precision,
-            "threads": step.threads,
+            "precision": step.common.precision,
+            "threads": step.common.threads,
         },
         "versions": {k: run[k] for k in ("harness_version", "torch_version", "ray_version", "git_revision", "hostname")},
         "devices": json.loads(run["devices"]),

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import deque
+from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 from harness.devices import Kind, resolve_accelerator
 from harness.dtypes import reduced_label
-from harness.errors import InfrastructureError, UsageError, first_line
+from harness.errors import InfrastructureError, UsageError
 from harness.inference.fault_specs import Fault, refuse_absent_cards, refuse_maskless
 from harness.inference.forward import head_name
 from harness.inference.runner import Described
@@ -37,17 +38,17 @@ from harness.run.budget import cards_source, check_cards, check_memory, estimate
 from harness.run.dispatch import SharedRefs, check_row, judge, submit
 from harness.run.gather import RunIncomplete, Watch, gather
 from harness.run.closed_loop import ClosedLoop
+from harness.run.command_plan import SweepPlan
 from harness.run.layer_search import localize_failures, localize_nonfinite, localize_overflow
 from harness.run.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.run.phases import Phases
-from harness.run.options import SweepConfig, validate
 from harness.run.precision_plan import check_plan
 from harness.run.place import Placement, cluster_address, place_sweep
 from harness.run.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.run.provenance import new_run_row, now
-from harness.store.paths import STAGING, table_dir
+from harness.store.paths import table_dir
 from harness.store.schema import CheckRow, EpisodeRow, RunRow
-from harness.store.writer import RunWriter, read_run
+from harness.store.writer import RunWriter
 
 
 @dataclass
@@ -67,31 +68,29 @@ class SweepOutcome:
     """Why a run stopped early, in one line, where no summary says it (Ray, the disk, an interrupt)."""
 
 
-def run_sweep(config: SweepConfig, command: str = "", phases: Phases | None = None) -> SweepOutcome:
+def run_sweep(plan: SweepPlan, command: str = "", phases: Phases | None = None) -> SweepOutcome:
     """The sweep; its run id is held by this process (harness/store/claim.py) from the plan,
     before Ray starts, to the end of the run. `phases` may already hold what came before it (the
     command's imports)."""
     with ExitStack() as held:
-        return _claimed(config, command, held, phases or Phases())
+        return _claimed(plan, command, held, phases or Phases())
 
 
-def _claimed(config: SweepConfig, command: str, held: ExitStack, phases: Phases) -> SweepOutcome:
-    started = now()
-    if config.resume:
-        config, started = resume_config(config, config.resume)
-    results = Path(config.results)
+def _claimed(plan: SweepPlan, command: str, held: ExitStack, phases: Phases) -> SweepOutcome:
+    started = plan.started_at or now()
+    results = plan.common.results
     with phases("plan"):
-        faults = config.faults
-        kind = resolve_accelerator(config.accelerator)
-        check_cards(config.cards, kind, cluster_address(config.address))
-        refuse_absent_cards(faults, planned_cards(kind, config), cards_source(config))
-        specs, policies = load_policies(config)
-        check_plan(config.kept, {key: precision_layers(p) for key, p in policies.items()}, config.dtypes)
+        faults = plan.common.faults
+        kind = resolve_accelerator(plan.common.accelerator)
+        check_cards(plan.common.cards, kind, cluster_address(plan.common.address))
+        refuse_absent_cards(faults, planned_cards(kind, plan.common), cards_source(plan.common))
+        specs, policies = load_policies(plan.common)
+        check_plan(plan.kept, {key: precision_layers(p) for key, p in policies.items()}, plan.common.dtypes)
         refuse_maskless(faults, any(p.info.masked for p in policies.values()), list(policies))
-        check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
-        inputs = {key: plan_inputs(config, policy) for key, policy in policies.items()}
+        check_memory(estimate(plan, policies, expected_cards(kind, plan.common)), plan.common.max_memory_gib)
+        inputs = {key: plan_inputs(plan, policy) for key, policy in policies.items()}
         writer = RunWriter(
-            held.enter_context(claim_run_id(results, config.resume or config.run_id, bool(config.resume), command))
+            held.enter_context(claim_run_id(results, plan.resume or plan.common.run_id, bool(plan.resume), command))
         )
         run_row = new_run_row(
             started_at=started,
@@ -99,23 +98,23 @@ def _claimed(config: SweepConfig, command: str, held: ExitStack, phases: Phases)
             accelerator=kind,
             n_cards=0,  # and no devices: both known once the actors are up
             devices=[],
-            config_json=config.to_json(),
+            config_json=plan.common.recorded,
             policies=policies,
             command=command,
             faults=",".join(map(str, faults)),
         )
     try:
-        return _sweep(config, kind, faults, specs, policies, inputs, writer, run_row, phases)
+        return _sweep(plan, kind, faults, specs, policies, inputs, writer, run_row, phases)
     except InfrastructureError as exc:
-        return _stopped(config, writer, run_row, phases, INCOMPLETE, str(exc))
+        return _stopped(plan, writer, run_row, phases, INCOMPLETE, str(exc))
     except KeyboardInterrupt:
-        return _stopped(config, writer, run_row, phases, INTERRUPTED, "")
+        return _stopped(plan, writer, run_row, phases, INTERRUPTED, "")
 
 
 def _sweep(
-    config: SweepConfig,
+    plan: SweepPlan,
     kind: Kind,
-    faults: list[Fault],
+    faults: Sequence[Fault],
     specs: list[PolicySpec],
     policies: dict[str, PolicyNet],
     inputs: dict[str, Inputs],
@@ -124,37 +123,39 @@ def _sweep(
     phases: Phases,
 ) -> SweepOutcome:
     """From Ray's start to the summary; `run_row` is written once the actors are up."""
-    with ray_cluster(config.address, kind, config.cards, phases) as joined:
+    with ray_cluster(plan.common.address, kind, plan.common.cards, phases) as joined:
         n_cards = joined.n_cards
-        check_memory(estimate(config, policies, n_cards), config.max_memory_gib)
-        refuse_absent_cards(faults, n_cards, cards_source(config))
+        check_memory(estimate(plan, policies, n_cards), plan.common.max_memory_gib)
+        refuse_absent_cards(faults, n_cards, cards_source(plan.common))
         with phases("actors"):
             marker_dir = writer.staging / "faults"
             placement = place_sweep(
-                kind, n_cards, config.placement, specs, config.threads, config.precision, faults, marker_dir, policies
+                kind, n_cards, plan.placement, specs, plan.common.threads, plan.common.precision, faults, marker_dir, policies
             )
             devices = [placed.described.record() for placed in placement.actors]
         with phases("plan"):
-            units = plan_units(config, policies, inputs, dtype_labels(config.dtypes, [c.described for c in placement.cards]))
+            units = plan_units(
+                plan, policies, inputs, dtype_labels(plan.common.dtypes, [c.described for c in placement.cards])
+            )
             done = writer.done_units()
             todo = [u for u in units if u.unit_id not in done]
-            closed = ClosedLoop(config, policies)
+            closed = ClosedLoop(plan, policies)
             _add_staged(closed, writer, [u for u in units if u.unit_id in done])
         run_row.n_cards, run_row.devices = n_cards, json.dumps(devices)
         writer.begin(run_row)
-        watch = Watch(placement, config.hang_timeout, phases["actors"])
+        watch = Watch(placement, plan.hang_timeout, phases["actors"])
         n_units, n_resumed = len(units), len(units) - len(todo)
         summary: dict[str, object] = {"units": n_units, "resumed_units": n_resumed}
         dropped = Lost()
         try:
-            _fan_out_and_judge(config, placement, watch, policies, todo, writer, phases, closed, dropped)
+            _fan_out_and_judge(plan, placement, watch, policies, todo, writer, phases, closed, dropped)
             while rounds := closed.next_round():
                 # --episodes auto: a further round of each undecided mode; one a resumed run staged is not run again.
                 _add_staged(closed, writer, [u for u in rounds if u.unit_id in done])
                 more = [u for u in rounds if u.unit_id not in done]
                 n_units, n_resumed = n_units + len(rounds), n_resumed + len(rounds) - len(more)
                 summary |= {"units": n_units, "resumed_units": n_resumed}
-                _fan_out_and_judge(config, placement, watch, policies, more, writer, phases, closed, dropped)
+                _fan_out_and_judge(plan, placement, watch, policies, more, writer, phases, closed, dropped)
             with phases("judge"):
                 _stage_verdicts(closed, writer, done)
             summary |= {"dead_cards": sorted(dropped.dead), "resent_units": dropped.resent, "closed_loop": closed.describe()}
@@ -166,16 +167,16 @@ def _sweep(
             summary |= {"done_units": len(writer.done_units()), "events": watch.events, "lost": lost}
             writer.end(finish_run_row(run_row, INCOMPLETE, summary, phases))
             notes = [*watch.events, *(f"LOST {line}" for line in lost)]
-            return _incomplete(config, writer, phases, notes, n_units, joined.dashboard)
+            return _incomplete(plan, writer, phases, notes, n_units, joined.dashboard)
 
     with phases("write"):
         checks, episodes = writer.staged()
         gating = checks.filter(checks.column("gating"))
         passed = bool(gating.num_rows) and all(gating.column("passed").to_pylist())
         status = "passed" if passed else "failed"
-        unplayed = without_episodes(config, policies)
+        unplayed = without_episodes(plan, policies)
         renames = env_renames(policies)
-        played = env_notes(config, policies)
+        played = env_notes(plan, policies)
         summary |= {
             "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
             "without_episodes": unplayed,
@@ -188,12 +189,12 @@ def _sweep(
         writer.publish({"checks": checks, "episodes": episodes}, finish_run_row(run_row, status, summary, phases))
     notes = [*played, *watch.events, *([closed.describe()] if closed.auto else [])]
     print_summary(checks, writer.run_id, status, sys.stdout, unplayed, renames, notes)
-    said_at_the_end(writer.run_id, config.results, phases)
+    said_at_the_end(writer.run_id, plan.common.results, phases)
     return SweepOutcome(writer.run_id, passed, status, table_dir(writer.results, "checks", writer.run_id), phases, reference_s)
 
 
 def _incomplete(
-    config: SweepConfig, writer: RunWriter, phases: Phases, notes: list[str], units: int, dashboard: str
+    plan: SweepPlan, writer: RunWriter, phases: Phases, notes: list[str], units: int, dashboard: str
 ) -> SweepOutcome:
     """The run ended early: what it finished stays staged for `--resume`; the summary shows it,
     says what was lost, and the outcome carries the options that finish the run and the
@@ -201,13 +202,11 @@ def _incomplete(
     checks, _ = writer.staged()
     run_id = writer.run_id
     print_summary(checks, run_id, INCOMPLETE, sys.stdout, notes=notes, units_done=(len(writer.done_units()), units))
-    said_at_the_end(run_id, config.results, phases)
-    return SweepOutcome(run_id, False, INCOMPLETE, writer.staging, phases, {}, resume_args(config, run_id), dashboard)
+    said_at_the_end(run_id, plan.common.results, phases)
+    return SweepOutcome(run_id, False, INCOMPLETE, writer.staging, phases, {}, resume_args(plan, run_id), dashboard)
 
 
-def _stopped(
-    config: SweepConfig, writer: RunWriter, run_row: RunRow, phases: Phases, status: str, reason: str
-) -> SweepOutcome:
+def _stopped(plan: SweepPlan, writer: RunWriter, run_row: RunRow, phases: Phases, status: str, reason: str) -> SweepOutcome:
     """The run stopped where no summary can be printed: Ray did not start, the results could not
     be written, or it was interrupted. Its row says so, and the outcome carries the options that
     finish it, where there is a run to finish; where even the row cannot be written, the reason
@@ -218,16 +217,17 @@ def _stopped(
     except InfrastructureError as exc:
         reason = f"{reason}; and its status could not be recorded: {exc}" if reason else str(exc)
     resumable = writer.staging.is_dir() and (table_dir(writer.results, "runs", writer.run_id) / "part-0.parquet").is_file()
-    resume = resume_args(config, writer.run_id) if resumable else []
+    resume = resume_args(plan, writer.run_id) if resumable else []
     return SweepOutcome(writer.run_id, False, status, writer.staging, phases, {}, resume, "", reason)
 
 
-def resume_args(config: SweepConfig, run_id: str) -> list[str]:
+def resume_args(plan: SweepPlan, run_id: str) -> list[str]:
     """The options that finish run `run_id`: its stored configuration does the rest."""
-    return ["--resume", run_id, "--results", config.results, *(["--address", config.address] if config.address else [])]
+    address = plan.common.address
+    return ["--resume", run_id, "--results", str(plan.common.results), *(["--address", address] if address else [])]
 
 
-def dtype_labels(dtypes: list[str], cards: list[Described]) -> dict[str, str]:
+def dtype_labels(dtypes: Sequence[str], cards: list[Described]) -> dict[str, str]:
     """Each asked dtype's label on these cards: float32 whose matmuls the cards reduce (TF32,
     HF32: recorded in their settings) is `float32-tf32` / `float32-hf32`, judged against a CPU
     that reduces them the same way. Cards that differ in that are refused: their float32 would
@@ -241,22 +241,22 @@ def dtype_labels(dtypes: list[str], cards: list[Described]) -> dict[str, str]:
     return {d: reduced_label(d, mode) for d in dtypes}
 
 
-def env_notes(config: SweepConfig, policies: dict[str, PolicyNet]) -> list[str]:
+def env_notes(plan: SweepPlan, policies: dict[str, PolicyNet]) -> list[str]:
     """For each policy that plays another environment than --env, which one and why: --env gives
     an environment only to the policies that name none."""
-    if config.env is None or config.episodes == 0:
+    if plan.common.env is None or plan.episodes == 0:
         return []
     return [
-        f"{key} plays {p.info.env_id} ({p.info.env_source}), not --env {config.env}: --env gives an environment to the "
+        f"{key} plays {p.info.env_id} ({p.info.env_source}), not --env {plan.common.env}: --env gives an environment to the "
         "policies that name none; [envs] in a --config file sets one per policy"
         for key, p in policies.items()
-        if p.info.env_id is not None and config.env not in (p.info.env_id, p.info.env_renamed_from)
+        if p.info.env_id is not None and plan.common.env not in (p.info.env_id, p.info.env_renamed_from)
     ]
 
 
-def without_episodes(config: SweepConfig, policies: dict[str, PolicyNet]) -> dict[str, str]:
+def without_episodes(plan: SweepPlan, policies: dict[str, PolicyNet]) -> dict[str, str]:
     """Policies that got no episodes for want of an environment, and the flag that gives them one."""
-    if config.episodes == 0:
+    if plan.episodes == 0:
         return {}
     return {key: "--env ENV_ID" for key, p in policies.items() if p.info.env_id is None}
 
@@ -264,31 +264,6 @@ def without_episodes(config: SweepConfig, policies: dict[str, PolicyNet]) -> dic
 def env_renames(policies: dict[str, PolicyNet]) -> dict[str, str]:
     """Each policy whose environment gymnasium renamed: the rename, as its env_source says it."""
     return {key: p.info.env_source for key, p in policies.items() if p.info.env_renamed_from}
-
-
-def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
-    """The interrupted run `run_id`'s own configuration (so its units are planned again,
-    identically) and its start time. Where to find the results and the cluster come from this
-    invocation."""
-    results = Path(config.results)
-    try:
-        [stored] = read_run(results, run_id)
-    except (FileNotFoundError, ValueError):
-        raise UsageError(f"--resume {run_id}: no such run in {results}") from None
-    if not (results / STAGING / run_id).is_dir():
-        raise UsageError(f"--resume {run_id}: that run finished ({stored['status']}); nothing to resume")
-    try:
-        resumed = SweepConfig(**json.loads(stored["config_json"]))
-    except (TypeError, ValueError) as exc:
-        raise UsageError(
-            f"--resume {run_id}: its stored configuration is not one this harness reads ({first_line(exc)})"
-        ) from None
-    resumed.results, resumed.address, resumed.progress = config.results, config.address, config.progress
-    resumed.resume, resumed.run_id = run_id, run_id
-    try:
-        return validate(resumed), stored["started_at"]
-    except UsageError as exc:
-        raise UsageError(f"--resume {run_id}: its stored configuration no longer validates: {exc}") from None
 
 
 def _add_staged(closed: ClosedLoop, writer: RunWriter, done: list[Unit]) -> None:
@@ -317,12 +292,12 @@ def _stage_verdicts(closed: ClosedLoop, writer: Stager, done: set[str]) -> None:
             writer.stage_unit(unit_id, rows, [])
 
 
-def unit_rules(config: SweepConfig, unit: Unit, policy: PolicyNet) -> Rules:
+def unit_rules(plan: SweepPlan, unit: Unit, policy: PolicyNet) -> Rules:
     """What a unit of `policy` is judged by: its dtype's limits and tolerance, the policy's outputs."""
-    tolerance, user_set = tolerance_of(unit.dtype, config.tolerances)
+    tolerance, user_set = tolerance_of(unit.dtype, plan.tolerances)
     return Rules(
         unit.dtype,
-        config.limits,
+        plan.limits,
         tolerance,
         user_set,
         policy.bounded_outputs(),
@@ -348,14 +323,14 @@ class Kept:
 
 
 def judge_units(
-    config: SweepConfig, placement: Placement, watch: Watch, policies: dict[str, PolicyNet], units: list[Unit], phases: Phases
+    plan: SweepPlan, placement: Placement, watch: Watch, policies: dict[str, PolicyNet], units: list[Unit], phases: Phases
 ) -> list[CheckRow]:
     """`units` run on actors already placed and judged as a sweep judges them, closed-loop
     verdicts included; the rows, kept in memory (harness/run/diagnose.py: a step of its search)."""
-    kept, closed = Kept(), ClosedLoop(config, policies)
-    _fan_out_and_judge(config, placement, watch, policies, units, kept, phases, closed, Lost())
+    kept, closed = Kept(), ClosedLoop(plan, policies)
+    _fan_out_and_judge(plan, placement, watch, policies, units, kept, phases, closed, Lost())
     while rounds := closed.next_round():
-        _fan_out_and_judge(config, placement, watch, policies, rounds, kept, phases, closed, Lost())
+        _fan_out_and_judge(plan, placement, watch, policies, rounds, kept, phases, closed, Lost())
     _stage_verdicts(closed, kept, set())
     return kept.checks
 
@@ -369,7 +344,7 @@ class Lost:
 
 
 def _fan_out_and_judge(
-    config: SweepConfig,
+    plan: SweepPlan,
     placement: Placement,
     watch: Watch,
     policies: dict[str, PolicyNet],
@@ -389,7 +364,7 @@ def _fan_out_and_judge(
     layers: dict[tuple[str, str, CheckKind, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
     overflows: dict[tuple[str, str], str] = {}  # (policy, dtype) -> where the dtype overflows, once
     nonfinite: set[tuple[str, str, str]] = set()  # (policy, dtype, card) whose first NaN or inf is named
-    bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not config.progress, file=sys.stderr)
+    bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not plan.common.progress, file=sys.stderr)
     try:
         while pending:
             job = pending.popleft()
@@ -405,8 +380,8 @@ def _fan_out_and_judge(
             lost.dead.update(error.device_a for error in errors)
             with phases("judge"):
                 policy = policies[unit.policy]
-                rules = unit_rules(config, unit, policy)
-                checks, episodes = judge(unit, rules, config.require_batch_invariance, got)
+                rules = unit_rules(plan, unit, policy)
+                checks, episodes = judge(unit, rules, plan.require_batch_invariance, got)
                 rows = [
                     check_row(
                         c,

@@ -95,7 +95,7 @@ def measure(bench: Bench, _: Sequence[Measurement]) -> list[Episodes]:
     """Every loop on card 0."""
     measured = []
     for loop in bench.loops:
-        measured.append(_episodes(bench.cards[0], loop, bench.config.env_impl, bench.config.seed, bench.windows))
+        measured.append(_episodes(bench.cards[0], loop, bench.plan.env_impl, bench.plan.common.seed, bench.windows))
         bench.bar.update(1)
     return measured
 

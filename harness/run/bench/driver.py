@@ -39,7 +39,7 @@ from harness.run.bench.windows import Windows
 from harness.run.bench.work import Loop, Work
 from harness.run.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
 from harness.run.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
-from harness.run.options import BenchConfig
+from harness.run.command_plan import BenchPlan
 from harness.run.phases import Phases
 from harness.run.place import BenchCard, cluster_address, place_bench
 from harness.run.plan import load_policies
@@ -63,30 +63,30 @@ class BenchOutcome:
         return all(c.passed for c in self.checks)
 
 
-def run_bench(config: BenchConfig, command: str = "", phases: Phases | None = None) -> BenchOutcome:
+def run_bench(plan: BenchPlan, command: str = "", phases: Phases | None = None) -> BenchOutcome:
     """The bench; its run id is held by this process (harness/store/claim.py) from the plan,
     before Ray starts, to the end of the run. `phases` may already hold what came before it (the
     command's imports)."""
     with ExitStack() as held:
-        return _bench(config, command, held, phases or Phases())
+        return _bench(plan, command, held, phases or Phases())
 
 
-def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -> BenchOutcome:
+def _bench(plan: BenchPlan, command: str, held: ExitStack, phases: Phases) -> BenchOutcome:
     started = now()
-    results = Path(config.results)
+    results = plan.common.results
     with phases("plan"):
-        kind = resolve_accelerator(config.accelerator)
-        check_cards(config.cards, kind, cluster_address(config.address))
-        specs, policies = load_policies(config)
-        refuse_maskless(config.faults, any(p.info.masked for p in policies.values()), list(policies))
-        check_memory(estimate(config, policies, expected_cards(kind, config)), config.max_memory_gib)
-        writer = RunWriter(held.enter_context(claim_run_id(results, config.run_id, command=command)))
+        kind = resolve_accelerator(plan.common.accelerator)
+        check_cards(plan.common.cards, kind, cluster_address(plan.common.address))
+        specs, policies = load_policies(plan.common)
+        refuse_maskless(plan.common.faults, any(p.info.masked for p in policies.values()), list(policies))
+        check_memory(estimate(plan, policies, expected_cards(kind, plan.common)), plan.common.max_memory_gib)
+        writer = RunWriter(held.enter_context(claim_run_id(results, plan.common.run_id, command=command)))
         run_id = writer.run_id
         work = [
-            Work(name, dtype, make_batch(p.info, "normal", size, config.seed))
+            Work(name, dtype, make_batch(p.info, "normal", size, plan.common.seed))
             for name, p in policies.items()
-            for dtype in config.dtypes
-            for size in config.batch_sizes
+            for dtype in plan.common.dtypes
+            for size in plan.common.batch_sizes
         ]
         envs = {name: env for name, p in policies.items() if (env := EnvSpec.played_by(p.info)) is not None}
         for name, env in envs.items():
@@ -94,16 +94,16 @@ def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -
         loops = [
             Loop(name, env, dtype, size)
             for name, env in envs.items()
-            for dtype in config.dtypes
-            for size in config.batch_sizes
+            for dtype in plan.common.dtypes
+            for size in plan.common.batch_sizes
         ]
-        faults = config.faults
-        windows = Windows.of(config)
-    n_placed = config.cards or (max(config.card_counts) if config.card_counts else None)
-    refuse_absent_cards(faults, n_placed or planned_cards(kind, config), cards_source(config))
+        faults = plan.common.faults
+        windows = Windows.of(plan)
+    n_placed = plan.common.cards or (max(plan.card_counts) if plan.card_counts else None)
+    refuse_absent_cards(faults, n_placed or planned_cards(kind, plan.common), cards_source(plan.common))
 
     with bench_cards(
-        config.address, kind, n_placed, specs, policies, config.threads, config.precision, phases, faults
+        plan.common.address, kind, n_placed, specs, policies, plan.common.threads, plan.common.precision, phases, faults
     ) as cards:
         run_row = new_run_row(
             started_at=started,
@@ -111,15 +111,15 @@ def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -
             accelerator=kind,
             n_cards=len(cards),
             devices=[c.described.record() for c in cards],
-            config_json=config.to_json(),
+            config_json=plan.common.recorded,
             policies=policies,
             command=command,
             faults=",".join(map(str, faults)),
         )
         writer.begin(run_row)
-        steps = sorted(set(config.card_counts or [1, len(cards)]))
-        bar = tqdm(disable=not config.progress, desc="bench", unit="step", file=sys.stderr)
-        bench = Bench(cards, steps, work, loops, config, windows, bar)
+        steps = sorted(set(plan.card_counts or [1, len(cards)]))
+        bar = tqdm(disable=not plan.common.progress, desc="bench", unit="step", file=sys.stderr)
+        bench = Bench(cards, steps, work, loops, plan, windows, bar)
         bar.reset(total=sum(mode.steps(bench) for mode in MODES))
         measured = measure(bench, MODES, phases)
         bar.close()
@@ -136,7 +136,7 @@ def _bench(config: BenchConfig, command: str, held: ExitStack, phases: Phases) -
         }
         writer.publish(bench_tables(measured, checks), finish_run_row(run_row, "bench", summary, phases))
     print_bench_summary(rows, checks, run_id, sys.stdout)
-    said_at_the_end(run_id, config.results, phases)
+    said_at_the_end(run_id, plan.common.results, phases)
     return BenchOutcome(run_id, rows, checks, table_dir(results, "bench", run_id) / "part-0.parquet")
 
 
@@ -150,15 +150,15 @@ def bench_cards(
     threads: int,
     precision: str = "strict",
     phases: Phases | None = None,
-    faults: list[Fault] | None = None,
+    faults: Sequence[Fault] = (),
 ) -> Iterator[list[BenchCard]]:
     """Join or start Ray, place `cards` BenchActors (default: all the cluster has), and shut
     Ray down afterwards. The benchmarks use this too."""
     phases = phases or Phases()
     with ray_cluster(address, kind, cards, phases) as joined:
-        refuse_absent_cards(faults or [], joined.n_cards, "all the cluster has")
+        refuse_absent_cards(faults, joined.n_cards, "all the cluster has")
         with phases("actors"):
-            placed = place_bench(kind, joined.n_cards, specs, policies, threads, precision, faults or [])
+            placed = place_bench(kind, joined.n_cards, specs, policies, threads, precision, faults)
         yield placed
 
 

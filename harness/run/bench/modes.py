@@ -14,7 +14,7 @@ from harness.run.bench.rows import BenchResult, M, Measurement, judged
 from harness.run.bench.rules import Rule
 from harness.run.bench.windows import Windows
 from harness.run.bench.work import Loop, Work
-from harness.run.options import BenchConfig
+from harness.run.command_plan import BenchPlan
 from harness.run.place import BenchCard
 
 
@@ -27,7 +27,7 @@ class Bench:
     steps: list[int]
     work: list[Work]
     loops: list[Loop]
-    config: BenchConfig
+    plan: BenchPlan
     windows: Windows
     bar: tqdm
 

@@ -36,7 +36,7 @@ from harness.run.bench.rows import Figures, Measurement, RowKey, Sampled, Summar
 from harness.run.bench.rules import Rule
 from harness.run.bench.windows import Windows
 from harness.run.bench.work import Work
-from harness.run.options import BenchConfig
+from harness.run.command_plan import BenchPlan
 from harness.run.place import BenchCard
 from harness.workloads import poisson_arrivals
 
@@ -281,24 +281,24 @@ def measure(bench: Bench, earlier: Sequence[Measurement]) -> list[ServerSearch]:
     measured = []
     for w in bench.work:
         for k in bench.steps:
-            measured.append(_server(bench.cards[:k], w, alone[w.key], bench.config, bench.windows))
+            measured.append(_server(bench.cards[:k], w, alone[w.key], bench.plan, bench.windows))
             bench.bar.update(1)
     return measured
 
 
-def _server(cards: list[BenchCard], w: Work, alone: Latency, config: BenchConfig, windows: Windows) -> ServerSearch:
-    bound = config.latency_bound_ms
+def _server(cards: list[BenchCard], w: Work, alone: Latency, plan: BenchPlan, windows: Windows) -> ServerSearch:
+    bound = plan.latency_bound_ms
 
     def requests(rate: float) -> int:
         if windows.quick:
             return max(1, round(rate * windows.seconds))
-        return max(config.min_queries, math.ceil(rate * max(windows.seconds, TRIAL_BOUNDS * bound / 1e3)))
+        return max(plan.min_queries, math.ceil(rate * max(windows.seconds, TRIAL_BOUNDS * bound / 1e3)))
 
     searched = ServerSearch(w, cards, bound, alone, Search(None, None, []), windows)
     if searched.unreachable:
         return searched
     search = find_max_rate(
-        lambda rate: run_trial(cards, w, rate, requests(rate), config.seed, bound), len(cards) * 1e3 / alone.mean_ms
+        lambda rate: run_trial(cards, w, rate, requests(rate), plan.common.seed, bound), len(cards) * 1e3 / alone.mean_ms
     )
     return ServerSearch(w, cards, bound, alone, search, windows)
 

@@ -23,7 +23,7 @@ from harness.judge.bench_stats import (
     windows_disagree,
 )
 from harness.run.bench.rules import Rule
-from harness.run.options import BenchConfig
+from harness.run.command_plan import BenchPlan
 from harness.run.place import BenchCard
 
 W = TypeVar("W")
@@ -42,10 +42,10 @@ class Windows:
     quick: bool = False
 
     @classmethod
-    def of(cls, config: BenchConfig) -> Windows:
-        if config.duration is not None:
-            return cls(1, config.duration, config.min_iterations, config.max_spread, quick=True)
-        return cls(config.windows, config.window, config.min_iterations, config.max_spread)
+    def of(cls, plan: BenchPlan) -> Windows:
+        if plan.duration is not None:
+            return cls(1, plan.duration, plan.min_iterations, plan.max_spread, quick=True)
+        return cls(plan.windows, plan.window, plan.min_iterations, plan.max_spread)
 
     def disagree(self, median: float, interval: Interval | None, what: str) -> str | None:
         return windows_disagree(median, interval, self.max_spread, what) if interval else None
