@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 import numpy as np
 
@@ -65,9 +65,9 @@ class OnnxReference:
     session: onnxruntime.InferenceSession
     inputs: list[str]
     dtypes: list[np.dtype]  # of each input, as the graph declares it
-    outputs: dict[str, str]  # graph tensor -> "logits", "mu" or "action"
+    outputs: dict[str, str]  # graph tensor -> "logits", "mu" or "action"; several to one name: side by side
     batch: int | None  # the batch size the graph's inputs fix; None: any
-    discrete: bool
+    action_kind: ActionKind
 
     def run(self, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         if not self.outputs:  # an ML-Agents v2 export: no deterministic output to compare
@@ -84,9 +84,22 @@ class OnnxReference:
             self.session.run(names, {n: x[i : i + step] for n, x in zip(self.inputs, feed, strict=True)})
             for i in range(0, rows, step)
         ]
-        values = {self.outputs[name]: np.concatenate([part[k] for part in parts]) for k, name in enumerate(names)}
-        if self.discrete and "action" in values:
-            values["action"] = values["action"].reshape(rows).astype(np.int64)
+        tensors = {name: np.concatenate([part[k] for part in parts]) for k, name in enumerate(names)}
+        # ML-Agents' branches each mask their own logits: the harness's head holds them side by side.
+        values = {
+            ours: np.concatenate([tensors[name] for name in names if self.outputs[name] == ours], axis=-1)
+            for ours in dict.fromkeys(self.outputs.values())
+        }
+        if "action" in values:
+            match self.action_kind:
+                case "discrete":
+                    values["action"] = values["action"].reshape(rows).astype(np.int64)
+                case "multi_discrete":
+                    values["action"] = values["action"].reshape(rows, -1).astype(np.int64)
+                case "continuous":
+                    pass
+                case _:
+                    assert_never(self.action_kind)
         return values
 
 
@@ -117,7 +130,7 @@ def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
     first = inputs[0].type.tensor_type.shape.dim[0]
     batch = first.dim_value if first.HasField("dim_value") else None
     dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)) for value in inputs]
-    return OnnxReference(session, [value.name for value in inputs], dtypes, outputs, batch, info.action_kind == "discrete")
+    return OnnxReference(session, [value.name for value in inputs], dtypes, outputs, batch, info.action_kind)
 
 
 def _is_mlagents(model: onnx.ModelProto) -> bool:

@@ -328,6 +328,7 @@ def unit_rules(config: SweepConfig, unit: Unit, policy: PolicyNet) -> Rules:
         policy.bounded_outputs(),
         scores=head_name(policy),
         masked=policy.info.masked,
+        branches=policy.info.branches,
     )
 
 
