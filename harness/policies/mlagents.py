@@ -2,8 +2,9 @@
 
 An ML-Agents continuous actor (`SimpleActor`) is: one running normalizer per observation input,
 the inputs concatenated, a Swish MLP (`LinearEncoder`), a linear `mu`, a free `log_sigma`, and
-the action `clip(mu, -3, 3) / 3`; or, with one discrete branch, the branch's linear logits, told
-the legal actions by masks. Each source describes it with `MLAgentsWeights`, so shape checks and
+the action `clip(mu, -3, 3) / 3`; or discrete branches, each its linear logits, told the legal
+actions by masks (one branch: a discrete policy; several: a multi-discrete one, the logits side
+by side). Each source describes it with `MLAgentsWeights`, so shape checks and
 the torch rebuild live once, here.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.policies.base import Normalizer, ObsInput, PolicyInfo, PolicyNet, mlp
+from harness.policies.base import ActionKind, Normalizer, ObsInput, PolicyInfo, PolicyNet, mlp
 
 # State-dict prefixes of ML-Agents' SimpleActor ("endoder" is ML-Agents' own spelling).
 PROCESSORS = "network_body.observation_encoder.processors"
@@ -39,7 +40,8 @@ class MLAgentsWeights:
     mu: tuple[torch.Tensor, torch.Tensor]
     log_sigma: torch.Tensor | None
     action_clip: float | None = ACTION_CLIP
-    discrete: bool = False  # one discrete branch (`mu` its logits), told its legal actions by masks
+    discrete: bool = False  # discrete branches (`mu` their logits side by side), told their legal actions by masks
+    branches: tuple[int, ...] = ()  # several discrete branches (multi-discrete): each one's actions
 
     def __post_init__(self) -> None:
         width = sum(self.obs_sizes)
@@ -54,6 +56,8 @@ class MLAgentsWeights:
                     f"{what} has weight {tuple(weight.shape)} and bias {tuple(bias.shape)}, expected [out, {width}] and [out]"
                 )
             width = weight.shape[0]
+        if self.branches and (not self.discrete or sum(self.branches) != self.action_size):
+            raise LayoutError(f"discrete branches {list(self.branches)} do not split the head's {self.action_size} logits")
         if self.log_sigma is not None:
             if self.log_sigma.numel() != self.action_size:
                 raise LayoutError(f"log_sigma has {self.log_sigma.numel()} values for {self.action_size} actions")
@@ -71,7 +75,15 @@ class MLAgentsWeights:
             if hidden and len(set(hidden)) == 1
             else f"[{', '.join(map(str, hidden))}] SiLU"
         )
+        if self.branches:
+            return f"{body}, discrete branches {list(self.branches)}, action masks"
         return f"{body}, {self.action_size} discrete actions, action masks" if self.discrete else body
+
+    @property
+    def action_kind(self) -> ActionKind:
+        if self.branches:
+            return "multi_discrete"
+        return "discrete" if self.discrete else "continuous"
 
     def to_policy(
         self,
@@ -87,7 +99,7 @@ class MLAgentsWeights:
         info = PolicyInfo(
             name=name,
             source=source,
-            action_kind="discrete" if self.discrete else "continuous",
+            action_kind=self.action_kind,
             inputs=tuple(ObsInput(f"obs_{i}", (size,)) for i, size in enumerate(self.obs_sizes)),
             action_size=self.action_size,
             sha256=sha256,
@@ -96,6 +108,7 @@ class MLAgentsWeights:
             onnx_outputs=onnx_outputs,
             detail=detail,
             masked=self.discrete,
+            branches=self.branches,
         )
         # The random init is overwritten below; loading must not move the caller's global RNG.
         with torch.random.fork_rng(devices=[]):
