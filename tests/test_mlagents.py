@@ -24,7 +24,6 @@ from harness.policies.mlagents_onnx import load_mlagents_onnx
 from harness.policies.mlagents import HEAD, PROCESSORS
 from harness.policies.mlagents_pt import load_mlagents_pt
 from tests.builders import mlagents_layout_export, mlagents_state_dict, save_with_external_data
-from tests.helpers import assert_usage_error, cli
 from tests.third_party import BALL, BALL_SHA256, BALL_TABLE
 
 TOL = 1e-6
@@ -338,10 +337,9 @@ def test_onnx_tensor_of_an_unknown_data_type_is_refused(tmp_path: Path) -> None:
     "kind, problem",
     [
         ({"memory_size": 16}, "a memory (recurrent_in/recurrent_out, memory_size 16: an LSTM's [h | c]) is not read"),
-        ({"branches": (3, 2)}, "discrete action branches [3, 2] (multi-discrete actions) are not read"),
         ({"memory_size": 8, "branches": (4,)}, "memory_size 8: an LSTM's [h | c]) is not read"),
     ],
-    ids=["memory", "multi-discrete", "memory-and-discrete"],
+    ids=["memory", "memory-and-discrete"],
 )
 def test_exports_with_memory_or_discrete_branches_are_refused_by_name(
     kind: dict[str, object], problem: str, tmp_path: Path
@@ -372,15 +370,6 @@ def test_exports_with_memory_or_discrete_branches_are_refused_by_name(
     with pytest.raises(PolicyLoadError) as error:
         load_policy(str(path))
     assert_one_line_error(error, path, problem)
-
-
-def test_an_export_with_discrete_branches_is_exit_2(tmp_path: Path) -> None:
-    path = mlagents_layout_export(tmp_path / "discrete.onnx", branches=(3, 2))
-    out = tmp_path / "again.onnx"
-    assert_usage_error(
-        cli("export-onnx", str(path), str(out)), "discrete action branches [3, 2] (multi-discrete actions) are not read"
-    )
-    assert not out.exists()
 
 
 def test_one_discrete_branch_reads_with_its_masks_as_onnxruntime_runs_it(tmp_path: Path) -> None:

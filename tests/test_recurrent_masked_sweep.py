@@ -1,21 +1,23 @@
-"""RecurrentPPO and MaskablePPO end to end: one sweep on the session's Ray cluster (two simulated
-cards and the CPU), read back from Parquet and the report. The recurrent policy plays CartPole
-episodes (its state carried per environment, in lockstep) and its batches are sequences whose
-state after each step is checked; the masked one runs batches with drawn masks. Two faults on
-card1: it ignores the masks (masked_actions must fail there, and only there) and it is an
-honest card that rounds otherwise (its state parts bit for bit from card0's, and stays within
-the port rule)."""
+"""RecurrentPPO, MaskablePPO and an ML-Agents export with two masked discrete branches end to end:
+one sweep on the session's Ray cluster (two simulated cards and the CPU), read back from Parquet
+and the report. The recurrent policy plays CartPole episodes (its state carried per environment,
+in lockstep) and its batches are sequences whose state after each step is checked; the masked
+ones run batches with drawn masks (the ML-Agents one per branch; it has no environment to play).
+Two faults on card1: it ignores the masks (masked_actions must fail there, and only there) and
+it is an honest card that rounds otherwise (its state parts bit for bit from card0's, and stays
+within the port rule)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from sb3_contrib import MaskablePPO, RecurrentPPO
 
-from tests.builders import save_sb3
+from tests.builders import mlagents_layout_export, save_sb3
 from tests.conftest import Head
 from tests.helpers import cli, read_table, sweep_on
 from tests.test_sb3_families import ON
@@ -31,8 +33,10 @@ def swept(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
         folder / "recurrent.zip",
     )
     masked = save_sb3(MaskablePPO("MlpPolicy", "CartPole-v1", policy_kwargs={"net_arch": [8]}, **ON), folder / "masked.zip")
+    branches = mlagents_layout_export(folder / "branches.onnx", branches=(3, 2))
     config = folder / "sweep.toml"
-    config.write_text(f'policies = {json.dumps([str(recurrent), str(masked)])}\n[envs]\n"{recurrent}" = "CartPole-v1"\n')
+    policies = json.dumps([str(recurrent), str(masked), str(branches)])
+    config.write_text(f'policies = {policies}\n[envs]\n"{recurrent}" = "CartPole-v1"\n')
     results = folder / "results"
     faults = ("--inject-fault", "card1:ignore-masks", "--inject-fault", "card1:ulp-noise")
     proc = sweep_on(ray_head.address, results, "--config", str(config), "--episodes", "2", "--dtypes", "float32",
@@ -90,3 +94,21 @@ def test_the_report_shows_the_states_error_by_step(swept: tuple[Path, Path, Path
     assert proc.returncode == 1, proc.stderr[-2000:]
     section = proc.stdout.split("A recurrent policy's state against the float64 golden")[1].split("\n\n")[0]
     assert "state_h" in section and "101-1000" in section and "sim-cpu1" in section, section
+
+
+def test_masked_branches_fail_on_the_card_that_ignores_the_masks_only(swept: tuple[Path, Path, Path, str]) -> None:
+    """The multi-discrete export: card0's branch actions are the golden's and legal, onnxruntime on
+    the file agrees with the rebuild; card1, which ignores the masks, chooses a masked action in
+    some branch of some row, and the detail names the row and the branch."""
+    results = swept[2]
+    branches = results.parent / "branches.onnx"
+    checks = _checks(results, branches)
+    verdicts: dict[tuple[str, str], set[bool]] = {}
+    for c in checks:
+        verdicts.setdefault((c["kind"], c["device_a"]), set()).add(c["passed"])
+    assert verdicts[("masked_actions", "sim-cpu0")] == {True} and False in verdicts[("masked_actions", "sim-cpu1")]
+    assert verdicts[("decisions", "sim-cpu0")] == {True} and verdicts[("onnx_reference", "onnxruntime")] == {True}
+    failed = next(c for c in checks if c["kind"] == "masked_actions" and not c["passed"])
+    # The first masked choice named by its row and its branch.
+    assert failed["n_illegal"] > 0 and re.search(r"first at \[\d+, [01]\]: action \d+, legal", failed["detail"])
+    assert not any(c["kind"] == "episode_return" for c in checks)
