@@ -93,7 +93,7 @@ def _step_input(info: PolicyInfo, name: str, size: int, rng: np.random.Generator
     if name == EPISODE_START:
         return episode_starts(size)
     if name == ACTION_MASK:
-        return action_masks(info.action_size, size, rng)
+        return action_masks(info.branch_sizes, size, rng)
     raise ValueError(f"unknown step input {name!r}")
 
 
@@ -106,11 +106,13 @@ def episode_starts(size: int) -> np.ndarray:
     return starts
 
 
-def action_masks(n_actions: int, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Each row's legal actions: each action legal with probability one half, and one drawn
-    action always legal, as an environment always leaves one."""
-    masks = rng.uniform(0.0, 1.0, (size, n_actions)) < 0.5
-    masks[np.arange(size), rng.integers(0, n_actions, size)] = True
+def action_masks(branches: tuple[int, ...], size: int, rng: np.random.Generator) -> np.ndarray:
+    """Each row's legal actions, (size, sum(branches)), the branches' columns side by side: each
+    action legal with probability one half, and in each branch one drawn action always legal,
+    as an environment always leaves one (one branch: a discrete policy's masks)."""
+    masks = rng.uniform(0.0, 1.0, (size, sum(branches))) < 0.5
+    for first, n_actions in zip(np.cumsum((0, *branches[:-1])), branches, strict=True):
+        masks[np.arange(size), first + rng.integers(0, n_actions, size)] = True
     return masks
 
 
@@ -124,14 +126,14 @@ def noise_shape(info: PolicyInfo) -> tuple[int, ...]:
 def make_noise(info: PolicyInfo, size: int, rng: np.random.Generator) -> np.ndarray:
     """Sampling noise made on the CPU: cards have no reproducible RNG, so all draw from this.
 
-    The head's distribution: Gumbel(0, 1) per discrete action (Gumbel-max sampling), N(0, 1) per
+    The head's distribution: Gumbel(0, 1) per discrete action, of every branch (Gumbel-max sampling), N(0, 1) per
     continuous one. Epsilon-greedy: 0, or EXPLORE on a uniform random action in a row drawn with
     probability epsilon (each row decides alone; SB3's predict draws once per batch). gSDE: an
     N(0, 1) exploration matrix per row, which the policy scales by its std. Deterministic: zeros.
     """
     kind = info.sampling.kind
     match kind:
-        case SamplingKind.DISTRIBUTION if info.action_kind == "discrete":
+        case SamplingKind.DISTRIBUTION if info.action_kind in ("discrete", "multi_discrete"):
             u = rng.uniform(np.finfo(np.float64).tiny, 1.0, (size, info.action_size))
             return (-np.log(-np.log(u))).astype(np.float32)
         case SamplingKind.DISTRIBUTION | SamplingKind.STATE_DEPENDENT:

@@ -24,7 +24,6 @@ from harness.policies.mlagents_onnx import load_mlagents_onnx
 from harness.policies.mlagents import HEAD, PROCESSORS
 from harness.policies.mlagents_pt import load_mlagents_pt
 from tests.builders import mlagents_layout_export, mlagents_state_dict, save_with_external_data
-from tests.helpers import assert_usage_error, cli
 from tests.third_party import BALL, BALL_SHA256, BALL_TABLE
 
 TOL = 1e-6
@@ -332,55 +331,6 @@ def test_onnx_tensor_of_an_unknown_data_type_is_refused(tmp_path: Path) -> None:
     assert_one_line_error(
         error, path, "malformed ONNX tensor (tensor 'head.bias' has data type 9999, which has no numpy type)"
     )
-
-
-@pytest.mark.parametrize(
-    "kind, problem",
-    [
-        ({"branches": (3, 2)}, "discrete action branches [3, 2] (multi-discrete actions) are not read"),
-        ({"memory_size": 8, "branches": (3, 2)}, "discrete action branches [3, 2] (multi-discrete actions) are not read"),
-    ],
-    ids=["multi-discrete", "memory-and-multi-discrete"],
-)
-def test_exports_with_several_discrete_branches_are_refused_by_name(
-    kind: dict[str, object], problem: str, tmp_path: Path
-) -> None:
-    """ML-Agents' layout for masked discrete branches, with a memory and without, built here and
-    run by onnxruntime (the memory's [h | c] carried from step to step; no masked action chosen),
-    is refused with what the reader does not read: never read as one branch. (A memory alone,
-    or with one branch, is read: tests/test_mlagents_memory.py.)"""
-    path = mlagents_layout_export(tmp_path / "kind.onnx", **kind)  # type: ignore[arg-type]
-    session = onnxruntime.InferenceSession(str(path))
-    rng = np.random.default_rng(0)
-    feed: dict[str, np.ndarray] = {"obs_0": rng.standard_normal((64, 6)).astype(np.float32)}
-    branches: tuple[int, ...] = kind.get("branches", ())  # type: ignore[assignment]
-    if branches:
-        masks = rng.uniform(size=(64, sum(branches))) < 0.5
-        masks[:, np.cumsum((0, *branches[:-1]))] = True  # each branch's first action always legal
-        feed["action_masks"] = masks.astype(np.float32)
-    memory = int(kind.get("memory_size", 0))  # type: ignore[call-overload]
-    if memory:
-        feed["recurrent_in"] = np.zeros((64, 1, memory), np.float32)
-    out = dict(zip([o.name for o in session.get_outputs()], session.run(None, feed), strict=True))
-    if branches:
-        chosen = out["deterministic_discrete_actions"] + np.cumsum((0, *branches[:-1]))
-        assert masks[np.arange(64)[:, None], chosen].all()
-    if memory:
-        feed["recurrent_in"] = out["recurrent_out"]
-        again = session.run(["recurrent_out"], feed)[0]
-        assert out["recurrent_out"].shape == (64, 1, memory) and not np.allclose(again, out["recurrent_out"])
-    with pytest.raises(PolicyLoadError) as error:
-        load_policy(str(path))
-    assert_one_line_error(error, path, problem)
-
-
-def test_an_export_with_discrete_branches_is_exit_2(tmp_path: Path) -> None:
-    path = mlagents_layout_export(tmp_path / "discrete.onnx", branches=(3, 2))
-    out = tmp_path / "again.onnx"
-    assert_usage_error(
-        cli("export-onnx", str(path), str(out)), "discrete action branches [3, 2] (multi-discrete actions) are not read"
-    )
-    assert not out.exists()
 
 
 def test_one_discrete_branch_reads_with_its_masks_as_onnxruntime_runs_it(tmp_path: Path) -> None:

@@ -43,7 +43,11 @@ from tests.helpers import assert_usage_error, cli
 DEVICE = cpu_reference()
 ATOL = 1e-5  # float32 on the same CPU: the same operations, equal but for rounding
 MEMORY_SIZE = 16  # an LSTM of 8 units over the builder's 16-wide Swish layer
-VARIANTS: dict[str, dict[str, Any]] = {"continuous": {}, "one-branch": {"branches": (5,)}}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "continuous": {},
+    "one-branch": {"branches": (5,)},
+    "two-branches": {"branches": (3, 2)},
+}
 # ONNX stacks an LSTM's gates as (input, output, forget, cell), torch as (input, forget, cell, output).
 TORCH_FROM_ONNX = [0, 2, 3, 1]
 
@@ -258,13 +262,14 @@ def test_a_checkpoint_with_a_memory_reads_as_its_export_steps(tmp_path: Path) ->
         assert problem in str(error.value), str(error.value)
 
 
-def test_export_onnx_writes_the_discrete_memory_with_its_state_explicit(tmp_path: Path) -> None:
-    """The one-branch memory export, written again by `export_onnx` in the harness's recurrent
+@pytest.mark.parametrize("branches", [(5,), (3, 2)], ids=["one-branch", "two-branches"])
+def test_export_onnx_writes_the_discrete_memory_with_its_state_explicit(branches: tuple[int, ...], tmp_path: Path) -> None:
+    """The memory export with one branch or two, written again by `export_onnx` in the harness's recurrent
     layout (state_h, state_c, episode_start and action_mask in; next_state_h, next_state_c out):
     stepped by onnxruntime with its state fed back it gives the harness's masked logits, actions
     and state after every step. The continuous one, whose layout would be ML-Agents'
     recurrent_in/recurrent_out, is refused by name (exit 2, nothing written)."""
-    path = mlagents_layout_export(tmp_path / "discrete.onnx", memory_size=MEMORY_SIZE, branches=(5,))
+    path = mlagents_layout_export(tmp_path / "discrete.onnx", memory_size=MEMORY_SIZE, branches=branches)
     policy = load_policy(str(path))
     out = tmp_path / "again.onnx"
     export_onnx(policy, out)
@@ -281,7 +286,7 @@ def test_export_onnx_writes_the_discrete_memory_with_its_state_explicit(tmp_path
         np.testing.assert_allclose(logits[0], ours["logits"][t], atol=ATOL, rtol=0, err_msg=str(t))
         np.testing.assert_allclose(h[:, 0], ours["state_h"][t], atol=ATOL, rtol=0, err_msg=str(t))
         np.testing.assert_allclose(c[:, 0], ours["state_c"][t], atol=ATOL, rtol=0, err_msg=str(t))
-        assert action[0] == ours["action"][t], t
+        np.testing.assert_array_equal(action[0], ours["action"][t], err_msg=str(t))
         state = [h, c]
     continuous = mlagents_layout_export(tmp_path / "continuous.onnx", memory_size=MEMORY_SIZE)
     refused = tmp_path / "refused.onnx"

@@ -1,15 +1,17 @@
-"""RecurrentPPO and MaskablePPO end to end: one sweep on the session's Ray cluster (two simulated
-cards and the CPU), read back from Parquet and the report. The recurrent policy plays CartPole
-episodes (its state carried per environment, in lockstep) and its batches are sequences whose
-state after each step is checked; the masked one runs batches with drawn masks; an ML-Agents
-export with a memory and one masked discrete branch (no environment: batches only) is both, its
-loader check onnxruntime stepping the file with its memory fed back. Two faults on card1: it
-ignores the masks (masked_actions must fail there, and only there) and it is an honest card that
-rounds otherwise (its state parts bit for bit from card0's, and stays within the port rule)."""
+"""RecurrentPPO, MaskablePPO and an ML-Agents export with a memory and two masked discrete
+branches end to end: one sweep on the session's Ray cluster (two simulated cards and the CPU),
+read back from Parquet and the report. The recurrent policy plays CartPole episodes (its state
+carried per environment, in lockstep) and its batches are sequences whose state after each step
+is checked; the masked ones run batches with drawn masks (the ML-Agents one per branch); the
+ML-Agents export (no environment: batches only) is both, its loader check onnxruntime stepping
+the file with its memory fed back. Two faults on card1: it ignores the masks (masked_actions must
+fail there, and only there) and it is an honest card that rounds otherwise (its state parts bit
+for bit from card0's, and stays within the port rule)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +34,9 @@ def swept(ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
         folder / "recurrent.zip",
     )
     masked = save_sb3(MaskablePPO("MlpPolicy", "CartPole-v1", policy_kwargs={"net_arch": [8]}, **ON), folder / "masked.zip")
-    memory = mlagents_layout_export(folder / "mlagents-memory.onnx", memory_size=16, branches=(5,))
+    mlagents = mlagents_layout_export(folder / "mlagents.onnx", memory_size=16, branches=(3, 2))
     config = folder / "sweep.toml"
-    policies = json.dumps([str(recurrent), str(masked), str(memory)])
+    policies = json.dumps([str(recurrent), str(masked), str(mlagents)])
     config.write_text(f'policies = {policies}\n[envs]\n"{recurrent}" = "CartPole-v1"\n')
     results = folder / "results"
     faults = ("--inject-fault", "card1:ignore-masks", "--inject-fault", "card1:ulp-noise")
@@ -76,21 +78,18 @@ def test_the_recurrent_state_is_an_output_checked_on_every_card(swept: tuple[Pat
     assert not any(c["gating"] for c in growth)
 
 
-def test_an_mlagents_memory_export_sweeps_with_its_state_and_masks(swept: tuple[Path, Path, Path, str]) -> None:
+def test_an_mlagents_export_with_a_memory_sweeps_with_its_state(swept: tuple[Path, Path, Path, str]) -> None:
     """The ML-Agents export's state is an output as RecurrentPPO's is (bit for bit on card0, the
     port rule on both cards); the loader check, onnxruntime stepping the file with recurrent_in fed
-    back, passes on the state, the masked logits and the actions; card1, which ignores the masks,
-    chooses masked actions there too."""
+    back, passes on the state, the masked logits and the actions."""
     results = swept[2]
-    checks = [c for c in read_table(results, "checks").to_pylist() if c["policy"].endswith("mlagents-memory.onnx")]
+    checks = [c for c in read_table(results, "checks").to_pylist() if c["policy"].endswith("mlagents.onnx")]
     loader = {(c["output"], c["passed"]) for c in checks if c["kind"] == "onnx_reference"}
     assert loader == {("logits", True), ("action", True), ("state_h", True), ("state_c", True)}
     state = [c for c in checks if c["output"] in ("state_h", "state_c")]
     assert {(c["device_a"], c["passed"]) for c in state if c["kind"] == "cross_card"} >= {("sim-cpu1", False)}
     port = [c for c in state if c["kind"] == "cpu_reference"]
     assert {c["device_a"] for c in port} == {"sim-cpu0", "sim-cpu1"} and all(c["passed"] and c["gating"] for c in port)
-    masked = {(c["device_a"], c["passed"]) for c in checks if c["kind"] == "masked_actions"}
-    assert ("sim-cpu0", False) not in masked and ("sim-cpu1", False) in masked
 
 
 def test_recurrent_episodes_on_a_faultless_card_are_the_cpus(swept: tuple[Path, Path, Path, str]) -> None:
@@ -110,3 +109,20 @@ def test_the_report_shows_the_states_error_by_step(swept: tuple[Path, Path, Path
     assert proc.returncode == 1, proc.stderr[-2000:]
     section = proc.stdout.split("A recurrent policy's state against the float64 golden")[1].split("\n\n")[0]
     assert "state_h" in section and "101-1000" in section and "sim-cpu1" in section, section
+
+
+def test_masked_branches_fail_on_the_card_that_ignores_the_masks_only(swept: tuple[Path, Path, Path, str]) -> None:
+    """The ML-Agents export's branches: card0's branch actions are the golden's and legal, onnxruntime on
+    the file agrees with the rebuild; card1, which ignores the masks, chooses a masked action in
+    some branch of some row, and the detail names the row and the branch."""
+    results = swept[2]
+    checks = _checks(results, results.parent / "mlagents.onnx")
+    verdicts: dict[tuple[str, str], set[bool]] = {}
+    for c in checks:
+        verdicts.setdefault((c["kind"], c["device_a"]), set()).add(c["passed"])
+    assert verdicts[("masked_actions", "sim-cpu0")] == {True} and False in verdicts[("masked_actions", "sim-cpu1")]
+    assert verdicts[("decisions", "sim-cpu0")] == {True} and verdicts[("onnx_reference", "onnxruntime")] == {True}
+    failed = next(c for c in checks if c["kind"] == "masked_actions" and not c["passed"])
+    # The first masked choice named by its row and its branch.
+    assert failed["n_illegal"] > 0 and re.search(r"first at \[\d+, [01]\]: action \d+, legal", failed["detail"])
+    assert not any(c["kind"] == "episode_return" for c in checks)

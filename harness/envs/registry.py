@@ -10,7 +10,7 @@ stacked, images channels first: harness/envs/observations.py).
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, assert_never
 
 import gymnasium as gym
 import numpy as np
@@ -69,10 +69,19 @@ def check_env(env: EnvSpec | str, info: PolicyInfo) -> None:
     problems = []
     if not _observations_fit(views, info.inputs):
         problems.append(_observations_problem(views, info))
-    if info.action_kind == "discrete":
-        fits = isinstance(action_space, Discrete) and int(action_space.n) == info.action_size and int(action_space.start) == 0
-    else:
-        fits = isinstance(action_space, Box) and action_space.shape == (info.action_size,)
+    kind = info.action_kind
+    match kind:
+        case "discrete":
+            fits = (
+                isinstance(action_space, Discrete) and int(action_space.n) == info.action_size and int(action_space.start) == 0
+            )
+        case "multi_discrete":
+            # Episodes step one action per row, and count a masked one per row: not yet one per branch.
+            fits = False
+        case "continuous":
+            fits = isinstance(action_space, Box) and action_space.shape == (info.action_size,)
+        case _:
+            assert_never(kind)
     if not fits:
         problems.append(f"its actions are {_describe(action_space)}, the policy's are {_policy_actions(info)}")
     if info.masked and not gives_action_masks(spec):
@@ -123,6 +132,13 @@ def _describe(space: Space[Any]) -> str:
 
 
 def _policy_actions(info: PolicyInfo) -> str:
-    if info.action_kind == "discrete":
-        return f"Discrete({info.action_size})"
-    return f"continuous of shape ({info.action_size},)"
+    kind = info.action_kind
+    match kind:
+        case "discrete":
+            return f"Discrete({info.action_size})"
+        case "multi_discrete":
+            return f"multi-discrete branches {list(info.branches)}, which play no episodes here"
+        case "continuous":
+            return f"continuous of shape ({info.action_size},)"
+        case _:
+            assert_never(kind)

@@ -15,7 +15,7 @@ layer alone (`card1:reduced-fp32@head`: LAYER as the policy names it, body.0, he
                    float32 Linear layer, those a precision plan keeps in float32 included
   fp16-accumulate  float16 matmuls summed in float16 (a kernel with a float16 accumulator)
   action-bias      SIZE (default 0.1) added to the head's output: a continuous action's mean moved,
-                   or a discrete policy's first logit raised; a port that loses return
+                   or a discrete policy's first logit (of each branch) raised; a port that loses return
   noisy-sampler    the sampling noise scaled by 1 + SIZE (default 0.5): a stochastic policy that
                    explores more than it should; deterministic actions are untouched
   ignore-masks     a masked policy's masks dropped: it chooses as if every action were legal

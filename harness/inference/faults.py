@@ -8,7 +8,9 @@ import os
 import threading
 from functools import partial
 from pathlib import Path
+from typing import assert_never
 
+import numpy as np
 import torch
 
 from harness.inference.fault_specs import Fault
@@ -101,15 +103,26 @@ def ulp_nudge(x: torch.Tensor, seed: int, rate: float) -> torch.Tensor:
 
 
 def bias_head(policy: PolicyNet, size: float) -> None:
-    """`size` added to the head's output: every continuous action's mean, or the first logit (Q-value)."""
-    policy.head.register_forward_hook(partial(_add_bias, size=size, continuous=policy.info.action_kind == "continuous"))
+    """`size` added to the head's output: every continuous action's mean, or the first logit
+    (Q-value) of each branch (one for a discrete policy)."""
+    kind = policy.info.action_kind
+    match kind:
+        case "continuous":
+            firsts = None
+        case "discrete" | "multi_discrete":
+            firsts = [int(first) for first in np.cumsum((0, *policy.info.branch_sizes[:-1]))]
+        case _:
+            assert_never(kind)
+    policy.head.register_forward_hook(partial(_add_bias, size=size, firsts=firsts))
 
 
-def _add_bias(_module: torch.nn.Module, _inputs: object, output: torch.Tensor, size: float, continuous: bool) -> torch.Tensor:
-    if continuous:
+def _add_bias(
+    _module: torch.nn.Module, _inputs: object, output: torch.Tensor, size: float, firsts: list[int] | None
+) -> torch.Tensor:
+    if firsts is None:
         return output + size
     shifted = output.clone()
-    shifted[..., 0] += size
+    shifted[..., firsts] += size
     return shifted
 
 

@@ -221,6 +221,21 @@ def compare_masks(actions: np.ndarray, masks: np.ndarray) -> MaskComparison:
     return MaskComparison(passed=not illegal, n_elements=int(actions.size), n_illegal=illegal, detail=detail)
 
 
+def by_branch(values: np.ndarray, branches: tuple[int, ...], fill: float | bool) -> np.ndarray:
+    """A multi-discrete policy's per-action values (scores, masks), (..., sum(branches)), as
+    (..., branches, max(branches)): each branch's own row, `fill` past its last action. Its
+    per-branch actions (..., branches) then compare with `compare_decisions` and `compare_masks`
+    as one discrete action does: pad scores with a finite value below any (an action past its
+    branch is no near-tie) and masks with False (nor legal)."""
+    values = np.asarray(values)
+    if values.shape[-1] != sum(branches):
+        raise ValueError(f"values of {values.shape[-1]} actions do not split into branches {list(branches)}")
+    out = np.full((*values.shape[:-1], len(branches), max(branches)), fill, dtype=values.dtype)
+    for i, part in enumerate(np.split(values, np.cumsum(branches)[:-1], axis=-1)):
+        out[..., i, : part.shape[-1]] = part
+    return out
+
+
 def masked_in_episodes(illegal: list[int], seeds: list[int]) -> MaskComparison:
     """Episodes' counts of actions their environment's action_masks() did not allow (the episodes
     record them as they play, `EpisodeOutput.illegal`): none in any."""

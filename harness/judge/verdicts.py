@@ -43,6 +43,7 @@ from harness.judge.compare import (
     Comparison,
     EpisodeComparison,
     Tolerance,
+    by_branch,
     compare_bitwise,
     compare_decisions,
     compare_masks,
@@ -73,6 +74,9 @@ STATE_WINDOWS = ((1, 10), (11, 100), (101, 1000), (1001, 10_000))
 # The `device_b` of a masked_actions check: the batch's drawn masks, or the environment's action_masks().
 MASKS = "masks"
 ENV_MASKS = "env-masks"
+# A multi-discrete policy's scores past the last action of a shorter branch (`Rules.per_action`):
+# finite, so the reference stays measurable, and below any score, so an action there is no near-tie.
+BEYOND_BRANCH = float(np.finfo(np.float32).min)
 # Where neither a published score nor our episodes vary (CartPole's 500.00 +/- 0.00), our return
 # must be the published one as a model card prints it: to two decimals.
 PUBLISHED_ROUNDING = 0.005
@@ -116,6 +120,12 @@ class Rules:
     policy's `logits`, a Q-network's `q_values`."""
     masked: bool = False
     """The policy chooses among the actions a mask allows: every card's actions are checked against it."""
+    branches: tuple[int, ...] = ()
+    """A multi-discrete policy's branches: its scores and masks split so, its actions one per branch."""
+
+    def per_action(self, values: np.ndarray, fill: float | bool) -> np.ndarray:
+        """Scores or masks (rows, actions) as its actions index them: split by branch (`by_branch`) where it has several."""
+        return by_branch(values, self.branches, fill) if self.branches else values
 
 
 def tolerance_of(dtype: str, user: Mapping[str, Tolerance]) -> tuple[Tolerance, bool]:
@@ -187,9 +197,9 @@ def judge_batch(
     for label, outputs in cards.items():
         for output, gold in golden.items():
             if np.issubdtype(gold.dtype, np.integer):
-                checks.append(_decisions(rules, output, label, outputs[output], golden, cpu_same, noise))
+                checks.append(_decisions(rules, output, label, outputs[output], golden, cpu_same, noise, masks))
                 if rules.masked and masks is not None:
-                    result = compare_masks(outputs[output], masks)
+                    result = compare_masks(outputs[output], rules.per_action(masks, False))
                     checks.append(Check(output, CheckKind.MASKED_ACTIONS, label, MASKS, True, result))
                 continue
             port = compare_to_golden(outputs[output], cpu_same[output], gold, rules.dtype, rules.limits)
@@ -232,7 +242,14 @@ def _state_growth(
 
 
 def _decisions(
-    rules: Rules, output: str, label: str, actions: np.ndarray, golden: Outputs, cpu_same: Outputs, noise: np.ndarray
+    rules: Rules,
+    output: str,
+    label: str,
+    actions: np.ndarray,
+    golden: Outputs,
+    cpu_same: Outputs,
+    noise: np.ndarray,
+    masks: np.ndarray | None,
 ) -> Check:
     """Argmax against the golden's; a flip is a near-tie when the golden's margin is within what
     the dtype may move two scores by (the CPU's largest score error in that row, times the limit)."""
@@ -240,12 +257,18 @@ def _decisions(
     # Sampled actions are argmax(scores + noise) (Gumbel, or epsilon-greedy's): the margin that
     # matters includes the noise.
     scores = logits + noise.astype(np.float64) if output == "stochastic_action" else logits
-    limit = FLIP_SCORES * rules.limits.for_size(logits.size) * row_errors(cpu_same[rules.scores], logits, rules.dtype)
+    cpu = cpu_same[rules.scores]
+    if rules.masked and masks is not None:
+        # A masked action's score is the masked logit, exact on every side: left in, its 1e8
+        # would set the row's error floor, and every flip of the row would pass as a near-tie.
+        cpu, logits = np.where(masks, cpu, 0), np.where(masks, logits, 0)
+    limit = FLIP_SCORES * rules.limits.for_size(logits.size) * row_errors(cpu, logits, rules.dtype)
     # A row whose golden or CPU score is not finite has no honest near-tie: any flip there fails.
     limit = np.where(np.isfinite(limit), limit, 0.0)
-    return Check(
-        output, CheckKind.DECISIONS, label, GOLDEN_DEVICE, True, compare_decisions(actions, golden[output], scores, limit)
-    )
+    if rules.branches:  # each branch's decision held to its row's limit
+        limit = limit[:, None]
+    result = compare_decisions(actions, golden[output], rules.per_action(scores, BEYOND_BRANCH), limit)
+    return Check(output, CheckKind.DECISIONS, label, GOLDEN_DEVICE, True, result)
 
 
 def judge_onnx(rules: Rules, onnx: Outputs, torch_float32: Outputs, golden: Outputs) -> list[Check]:

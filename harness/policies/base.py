@@ -23,7 +23,9 @@ from torch import nn
 from harness.dtypes import CARD_DTYPES, GOLDEN_DTYPE, REDUCED_FLOAT32, split_kept
 from harness.policies.policy_files import PLAIN, EnvSetup, PublishedScore
 
-ActionKind = Literal["discrete", "continuous"]
+ActionKind = Literal["discrete", "multi_discrete", "continuous"]
+"""One discrete choice among `action_size` actions; several at once, one per branch
+(`PolicyInfo.branches`: ML-Agents' discrete branches, gymnasium's MultiDiscrete); or a vector."""
 
 DTYPES: dict[str, torch.dtype] = {name: getattr(torch, name) for name in CARD_DTYPES}
 """The dtypes a card computes in, as torch dtypes."""
@@ -145,6 +147,20 @@ class PolicyInfo:
     sampling: Sampling = field(default_factory=Sampling)  # how its stochastic action is drawn
     memory: Memory | None = None  # a recurrent policy's state
     masked: bool = False  # takes action masks: a masked action is never chosen
+    branches: tuple[int, ...] = ()  # multi_discrete: each branch's actions (they sum to action_size)
+
+    def __post_init__(self) -> None:
+        several = self.action_kind == "multi_discrete"
+        if several != bool(self.branches) or (several and (len(self.branches) < 2 or sum(self.branches) != self.action_size)):
+            raise ValueError(
+                f"{self.name}: a multi_discrete policy has two branches or more, summing to its {self.action_size} "
+                f"actions, and only it has branches; got {self.action_kind} with branches {list(self.branches)}"
+            )
+
+    @property
+    def branch_sizes(self) -> tuple[int, ...]:
+        """The head's logits split by choice: the branches, or one branch of every action (discrete)."""
+        return self.branches or (self.action_size,)
 
     @property
     def step_inputs(self) -> tuple[str, ...]:
@@ -395,10 +411,16 @@ class PolicyNet(nn.Module):
 
     def head_output(self) -> str:
         """The head's output, named for what it is: a Box policy's `mu`, a Q-network's `q_values`
-        (the discrete policies that explore epsilon-greedily), a categorical policy's `logits`."""
-        if self.info.action_kind == "continuous":
-            return "mu"
-        return "q_values" if self.info.sampling.kind is SamplingKind.EPSILON_GREEDY else "logits"
+        (the discrete policies that explore epsilon-greedily), a categorical policy's `logits`
+        (a multi-discrete policy's: its branches' concatenated)."""
+        kind = self.info.action_kind
+        match kind:
+            case "continuous":
+                return "mu"
+            case "discrete" | "multi_discrete":
+                return "q_values" if self.info.sampling.kind is SamplingKind.EPSILON_GREEDY else "logits"
+            case _:
+                assert_never(kind)
 
     def bounded_outputs(self) -> frozenset[str]:
         """Outputs whose range the policy itself bounds: ML-Agents' clipped actions lie in [-1, 1],
@@ -408,9 +430,23 @@ class PolicyNet(nn.Module):
         return frozenset()
 
     def deterministic_action(self, head_out: torch.Tensor) -> torch.Tensor:
-        if self.info.action_kind == "discrete":
-            return torch.argmax(head_out, dim=-1)
-        return self._squash(head_out)
+        """The argmax (discrete: (rows,); multi-discrete: one per branch, (rows, branches)), or the squashed mean."""
+        kind = self.info.action_kind
+        match kind:
+            case "discrete":
+                return torch.argmax(head_out, dim=-1)
+            case "multi_discrete":
+                return self._branch_argmax(head_out)
+            case "continuous":
+                return self._squash(head_out)
+            case _:
+                assert_never(kind)
+
+    def _branch_argmax(self, scores: torch.Tensor) -> torch.Tensor:
+        """Each branch's argmax, (rows, branches): SB3's MultiCategoricalDistribution.mode, ML-Agents' ArgMax per branch."""
+        return torch.stack(
+            [torch.argmax(part, dim=-1) for part in torch.split(scores, list(self.info.branches), dim=-1)], dim=-1
+        )
 
     def stochastic_action(
         self, head_out: torch.Tensor, noise: torch.Tensor, latent: torch.Tensor | None = None
@@ -419,14 +455,22 @@ class PolicyNet(nn.Module):
 
         Discrete: argmax(head + noise). With Gumbel(0, 1) noise that samples the categorical
         exactly (Gumbel-max); epsilon-greedy noise is 0, or a score beyond any Q-value on the
-        row's random action. Continuous: mu + z * sigma, z ~ N(0, I), sigma from `log_sigma` or
-        SAC's `log_std` layer; gSDE: mu + latent @ (E * std). `latent` is the body's output.
+        row's random action. Multi-discrete: the same per branch. Continuous: mu + z * sigma,
+        z ~ N(0, I), sigma from `log_sigma` or SAC's `log_std` layer; gSDE: mu + latent @ (E * std).
+        `latent` is the body's output.
         """
         if self.info.sampling.kind is SamplingKind.DETERMINISTIC:
             return self.deterministic_action(head_out)
-        if self.info.action_kind == "discrete":
-            return torch.argmax(head_out + noise, dim=-1)
-        return self._squash(head_out + self._continuous_noise(head_out, noise, latent))
+        kind = self.info.action_kind
+        match kind:
+            case "discrete":
+                return torch.argmax(head_out + noise, dim=-1)
+            case "multi_discrete":
+                return self._branch_argmax(head_out + noise)
+            case "continuous":
+                return self._squash(head_out + self._continuous_noise(head_out, noise, latent))
+            case _:
+                assert_never(kind)
 
     def _continuous_noise(self, head_out: torch.Tensor, noise: torch.Tensor, latent: torch.Tensor | None) -> torch.Tensor:
         kind = self.info.sampling.kind

@@ -23,7 +23,9 @@ Two layouts:
   `episode_start` (float32 [batch], 1 where the row's episode starts: the state is multiplied by
   1 - episode_start first, as sb3-contrib does), and outputs `next_state_h`, `next_state_c`; the
   LSTM is ONNX's LSTM op, one per layer. A masked policy (MaskablePPO) takes `action_mask` (bool
-  [batch, actions], True where legal) and puts MASKED_LOGIT on the rest before the argmax.
+  [batch, actions], True where legal) and puts MASKED_LOGIT on the rest before the argmax. A
+  multi-discrete one (ML-Agents' branches) gives its branches' logits side by side and
+  `deterministic_actions` [batch, branches], the argmax of each.
 
 What the harness computes before the body is in the graph too, as constants: the observation
 normalizer (ML-Agents' or VecNormalize's statistics, folded in: Sub, Div, Clip, and Where for a
@@ -40,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, assert_never, cast
 
 import numpy as np
 import onnx
@@ -431,11 +433,28 @@ def _conv(b: _Builder, conv: nn.Conv2d, x: str, name: str) -> str:
 
 def _action(b: _Builder, policy: PolicyNet, head: str) -> onnx.ValueInfoProto:
     """`deterministic_actions`, as `PolicyNet.deterministic_action` computes it from the head."""
-    if policy.info.action_kind == "discrete":
-        b.op("ArgMax", [head], DETERMINISTIC, axis=1, keepdims=0)
-        return _tensor(DETERMINISTIC, TensorProto.INT64, [BATCH])
-    _squash(b, policy, head, DETERMINISTIC)
-    return _tensor(DETERMINISTIC, TensorProto.FLOAT, [BATCH, policy.info.action_size])
+    info = policy.info
+    kind = info.action_kind
+    match kind:
+        case "discrete":
+            b.op("ArgMax", [head], DETERMINISTIC, axis=1, keepdims=0)
+            return _tensor(DETERMINISTIC, TensorProto.INT64, [BATCH])
+        case "multi_discrete":
+            # Each branch's columns by Gather (one meaning in every opset, where Split's and
+            # Slice's arguments moved from attributes to inputs), its ArgMax, side by side.
+            chosen, first = [], 0
+            for i, size in enumerate(info.branches):
+                columns = b.constant(f"branch.{i}.columns", np.arange(first, first + size), np.int64)
+                part = b.op("Gather", [head, columns], f"branch.{i}/Gather", axis=1)
+                chosen.append(b.op("ArgMax", [part], f"branch.{i}/ArgMax", axis=1, keepdims=1))
+                first += size
+            b.op("Concat", chosen, DETERMINISTIC, axis=1)
+            return _tensor(DETERMINISTIC, TensorProto.INT64, [BATCH, len(info.branches)])
+        case "continuous":
+            _squash(b, policy, head, DETERMINISTIC)
+            return _tensor(DETERMINISTIC, TensorProto.FLOAT, [BATCH, info.action_size])
+        case _:
+            assert_never(kind)
 
 
 def _mlagents_outputs(b: _Builder, policy: PolicyNet, mu: str) -> list[onnx.ValueInfoProto]:

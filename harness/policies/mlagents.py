@@ -2,11 +2,12 @@
 
 An ML-Agents continuous actor (`SimpleActor`) is: one running normalizer per observation input,
 the inputs concatenated, a Swish MLP (`LinearEncoder`), a linear `mu`, a free `log_sigma`, and
-the action `clip(mu, -3, 3) / 3`; or, with one discrete branch, the branch's linear logits, told
-the legal actions by masks. With a memory (`memory_size` > 0), an LSTM of memory_size / 2 units
-sits between the Swish MLP and the head, its state [h | c] carried from step to step and zeroed
-where an agent's episode starts. Each source describes it with `MLAgentsWeights`, so shape
-checks and the torch rebuild live once, here.
+the action `clip(mu, -3, 3) / 3`; or discrete branches, each its linear logits, told the legal
+actions by masks (one branch: a discrete policy; several: a multi-discrete one, the logits side
+by side). With a memory (`memory_size` > 0), an LSTM of memory_size / 2 units sits between the
+Swish MLP and the head, its state [h | c] carried from step to step and zeroed where an agent's
+episode starts. Each source describes it with `MLAgentsWeights`, so shape checks and the torch
+rebuild live once, here.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from harness.policies.base import Memory, Normalizer, ObsInput, PolicyInfo, PolicyNet, mlp
+from harness.policies.base import ActionKind, Memory, Normalizer, ObsInput, PolicyInfo, PolicyNet, mlp
 
 # State-dict prefixes of ML-Agents' SimpleActor ("endoder" is ML-Agents' own spelling).
 PROCESSORS = "network_body.observation_encoder.processors"
@@ -92,7 +93,8 @@ class MLAgentsWeights:
     mu: tuple[torch.Tensor, torch.Tensor]
     log_sigma: torch.Tensor | None
     action_clip: float | None = ACTION_CLIP
-    discrete: bool = False  # one discrete branch (`mu` its logits), told its legal actions by masks
+    discrete: bool = False  # discrete branches (`mu` their logits side by side), told their legal actions by masks
+    branches: tuple[int, ...] = ()  # several discrete branches (multi-discrete): each one's actions
     lstm: LstmWeights | None = None  # a memory, between the Swish layers and `mu`
 
     def __post_init__(self) -> None:
@@ -110,6 +112,8 @@ class MLAgentsWeights:
                     f"{what} has weight {tuple(weight.shape)} and bias {tuple(bias.shape)}, expected [out, {width}] and [out]"
                 )
             width = weight.shape[0]
+        if self.branches and (not self.discrete or sum(self.branches) != self.action_size):
+            raise LayoutError(f"discrete branches {list(self.branches)} do not split the head's {self.action_size} logits")
         if self.log_sigma is not None:
             if self.log_sigma.numel() != self.action_size:
                 raise LayoutError(f"log_sigma has {self.log_sigma.numel()} values for {self.action_size} actions")
@@ -129,7 +133,15 @@ class MLAgentsWeights:
         )
         if self.lstm is not None:
             body = f"{body}, {self.lstm.describe()}"
+        if self.branches:
+            return f"{body}, discrete branches {list(self.branches)}, action masks"
         return f"{body}, {self.action_size} discrete actions, action masks" if self.discrete else body
+
+    @property
+    def action_kind(self) -> ActionKind:
+        if self.branches:
+            return "multi_discrete"
+        return "discrete" if self.discrete else "continuous"
 
     def to_policy(
         self,
@@ -145,7 +157,7 @@ class MLAgentsWeights:
         info = PolicyInfo(
             name=name,
             source=source,
-            action_kind="discrete" if self.discrete else "continuous",
+            action_kind=self.action_kind,
             inputs=tuple(ObsInput(f"obs_{i}", (size,)) for i, size in enumerate(self.obs_sizes)),
             action_size=self.action_size,
             sha256=sha256,
@@ -155,6 +167,7 @@ class MLAgentsWeights:
             detail=detail,
             masked=self.discrete,
             memory=Memory(1, self.lstm.hidden) if self.lstm is not None else None,
+            branches=self.branches,
         )
         # The random init is overwritten below; loading must not move the caller's global RNG.
         with torch.random.fork_rng(devices=[]):

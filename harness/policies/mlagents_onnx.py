@@ -19,7 +19,10 @@ caller from one step's recurrent_out to the next step's recurrent_in;
 or, for one discrete branch, the last Gemm's logits masked by `action_masks` as
 MultiCategoricalDistribution._mask_branch does (logits * mask - 1e8 * (1 - mask): for masks of 0
 and 1, the harness's masked policy, `PolicyNet.masked_scores`), `deterministic_discrete_actions`
-their argmax. The masked logits and the action are what onnxruntime is compared on.
+their argmax. For several branches (`discrete_action_output_shape` their sizes), the encoding
+feeds a Gemm per branch, each masked by its own Slice of `action_masks`: read as one
+multi-discrete head, the Gemms stacked in the order of their mask columns, the action the argmax
+of each branch. The masked logits (side by side) and the action are what onnxruntime is compared on.
 
 Anything else is refused with one line naming the file and what was found instead: a partial
 match rebuilt into a wrong module would make every later comparison meaningless. The file
@@ -42,8 +45,9 @@ from harness.policies.onnx_model import GraphIndex, OnnxFile, read_model
 
 VERSIONS = (2, 3)  # ModelApiVersion.MLAgents1_0 and MLAgents2_0
 DETERMINISTIC = "deterministic_continuous_actions"
-# What an ML-Agents export may carry that this reader does not read (refused by name, `_unread`):
-# several discrete action branches with their `action_masks`.
+# What an ML-Agents export carries besides observations and actions: an LSTM's memory ([h | c] in
+# `recurrent_in`/`recurrent_out`, `memory_size` wide), and what discrete action branches come with
+# (their `action_masks`, their sizes, their argmax).
 RECURRENT_IN = "recurrent_in"
 RECURRENT_OUT = "recurrent_out"
 MEMORY_OUTPUT = "memory"  # recurrent_out's role in onnx_outputs: onnx_any.OnnxReference feeds it back to recurrent_in
@@ -123,10 +127,21 @@ def _read(graph: _Graph) -> tuple[int, MLAgentsWeights, tuple[tuple[str, str], .
         raise LayoutError(f"no action output (outputs: {graph.outputs})")
     obs_sizes = _obs_sizes(graph)
     x, normalizer = _encoder(graph, obs_sizes)
-    layers = []
+    branches = tuple(int(n) for n in _constant_of(graph, DISCRETE_SHAPE))
+    several = discrete and len(branches) > 1
+    layers: list[tuple[torch.Tensor, torch.Tensor]] = []
     recurrent = RECURRENT_IN in [value.name for value in graph.inputs]
     lstm: LstmWeights | None = None
     while True:
+        if several and len(graph.consumers.get(x, [])) > 1:  # the encoding, feeding a Gemm per branch
+            if recurrent and lstm is None:
+                raise LayoutError(f"{RECURRENT_IN} is an input, but the Swish layers feed no LSTM")
+            head, masked = _branches(graph, x, branches)
+            weights = MLAgentsWeights(
+                obs_sizes, normalizer, layers, head, None, None, discrete=True, branches=branches, lstm=lstm
+            )
+            state = ((RECURRENT_OUT, MEMORY_OUTPUT),) if lstm is not None else ()
+            return version, weights, (*((name, "logits") for name in masked), (DISCRETE_DETERMINISTIC, "action"), *state)
         # With a memory, the Swish layers end where their output goes into the LSTM's sequence.
         gemm = graph.only_consumer(x, ("Gemm", "Unsqueeze") if recurrent and lstm is None else ("Gemm",))
         if gemm.op_type == "Unsqueeze":
@@ -267,13 +282,17 @@ def _slice(graph: _Graph, node: onnx.NodeProto) -> tuple[int, int, int] | None:
     return int(starts[0]), min(int(ends[0]), width), int(axes[0]) % 3
 
 
-def _masked_logits(graph: _Graph, logits: str, actions: int) -> str:
-    """The branch's logits after _mask_branch: `logits` times the masks (`action_masks`, through a
-    Slice of its columns or as it is), then less 1e8 times the blocked ones (a Sub)."""
+def _masks_width(graph: _Graph, actions: int) -> None:
     masks = next(value for value in graph.inputs if value.name == ACTION_MASKS)
     dims = masks.type.tensor_type.shape.dim
     if len(dims) != 2 or dims[1].dim_value != actions:
         raise LayoutError(f"{ACTION_MASKS} is {[d.dim_value or d.dim_param for d in dims]}, expected [batch, {actions}]")
+
+
+def _masked_logits(graph: _Graph, logits: str, actions: int) -> str:
+    """The branch's logits after _mask_branch: `logits` times the masks (`action_masks`, through a
+    Slice of its columns or as it is), then less 1e8 times the blocked ones (a Sub)."""
+    _masks_width(graph, actions)
     mul = graph.only_consumer(logits, ("Mul",))
     (mask,) = [name for name in mul.input if name != logits] or [logits]
     while mask != ACTION_MASKS and mask in graph.producer and graph.producer[mask].op_type in ("Slice", "Identity", "Cast"):
@@ -281,6 +300,56 @@ def _masked_logits(graph: _Graph, logits: str, actions: int) -> str:
     if mask != ACTION_MASKS:
         raise LayoutError(f"the logits {logits!r} are multiplied by {mul.input[1]!r}, expected {ACTION_MASKS}")
     return graph.only_consumer(mul.output[0], ("Sub",)).output[0]
+
+
+def _branches(graph: _Graph, x: str, branches: tuple[int, ...]) -> tuple[tuple[torch.Tensor, torch.Tensor], list[str]]:
+    """Several discrete branches on the encoding `x`: one Gemm each, its logits masked by its own
+    Slice of `action_masks` as _mask_branch does. The branch a Gemm is, is the columns of the masks
+    it is told by; they must tile the masks in the order and sizes `discrete_action_output_shape`
+    says. The Gemms stacked in that order (one head of the logits side by side), and each
+    branch's masked logits."""
+    _masks_width(graph, sum(branches))
+    gemms = graph.consumers.get(x, [])
+    if len(gemms) != len(branches) or any(node.op_type != "Gemm" for node in gemms):
+        ops = [node.op_type for node in gemms]
+        raise LayoutError(f"{x!r} feeds {ops}, expected a Gemm for each of the {len(branches)} discrete branches")
+    columns = {_mask_columns(graph, gemm.output[0]): gemm for gemm in gemms}
+    starts = [int(first) for first in np.cumsum((0, *branches[:-1]))]
+    expected = [(first, first + size) for first, size in zip(starts, branches, strict=True)]
+    if sorted(columns) != expected:
+        raise LayoutError(
+            f"the branches' Gemms are masked by columns {sorted(columns)} of {ACTION_MASKS}, "
+            f"expected {expected} for {DISCRETE_SHAPE} {list(branches)}"
+        )
+    weights, biases, logits = [], [], []
+    for (first, last), gemm in sorted(columns.items()):
+        weight, bias = _gemm(graph, gemm)
+        if weight.shape[0] != last - first:
+            raise LayoutError(f"the Gemm of mask columns {first}:{last} gives {weight.shape[0]} logits")
+        weights.append(weight)
+        biases.append(bias)
+        logits.append(_masked_logits(graph, gemm.output[0], sum(branches)))
+    return (torch.cat(weights), torch.cat(biases)), logits
+
+
+def _mask_columns(graph: _Graph, logits: str) -> tuple[int, int]:
+    """The columns [start, end) of `action_masks` that a branch's logits are multiplied by: a Slice on axis 1."""
+    mul = graph.only_consumer(logits, ("Mul",))
+    (mask,) = [name for name in mul.input if name != logits] or [logits]
+    node = graph.producer.get(mask)
+    if node is None or node.op_type != "Slice" or node.input[0] != ACTION_MASKS:
+        raise LayoutError(f"the branch logits {logits!r} are multiplied by {mask!r}, expected a Slice of {ACTION_MASKS}")
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}  # before opset 10
+    bounds = [
+        [int(v) for v in attrs[key]]
+        if key in attrs
+        else [int(v) for v in graph.constant(node.input[position], f"Slice {key}").reshape(-1)]
+        for position, key in ((1, "starts"), (2, "ends"), (3, "axes"))
+        if key in attrs or len(node.input) > position
+    ]
+    if len(bounds) != 3 or bounds[2] not in ([1], [-1]) or len(bounds[0]) != 1 or len(bounds[1]) != 1:
+        raise LayoutError(f"the Slice {mask!r} of {ACTION_MASKS} is not one range of columns: {bounds}")
+    return bounds[0][0], bounds[1][0]
 
 
 def _version(graph: _Graph) -> int:
@@ -293,8 +362,9 @@ def _version(graph: _Graph) -> int:
 
 
 def _unread(graph: _Graph) -> None:
-    """LayoutError naming discrete branches, or a memory half declared: read as one branch, or
-    as a feed-forward actor, either would be misread (the branches merged, the LSTM skipped)."""
+    """LayoutError naming a memory half declared, or discrete actions without their masks or
+    argmax: read as a feed-forward actor, either would be misread (the LSTM skipped, the masks
+    ignored)."""
     inputs = [value.name for value in graph.inputs]
     problems = []
     memory = _constant_of(graph, "memory_size")
@@ -303,10 +373,7 @@ def _unread(graph: _Graph) -> None:
         problems.append(
             f"a memory is read with its {RECURRENT_IN} and a memory_size, not one without the other (memory_size {size})"
         )
-    branches = [int(n) for n in _constant_of(graph, DISCRETE_SHAPE)]
-    if len(branches) > 1:
-        problems.append(f"discrete action branches {branches} (multi-discrete actions) are not read")
-    elif (DISCRETE_DETERMINISTIC in graph.outputs) != (ACTION_MASKS in inputs):
+    if (DISCRETE_DETERMINISTIC in graph.outputs) != (ACTION_MASKS in inputs):
         problems.append(
             f"discrete actions are read with their {ACTION_MASKS} and {DISCRETE_DETERMINISTIC}, not one without the other"
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, assert_never
 
 import numpy as np
 
@@ -65,9 +65,9 @@ class OnnxReference:
     session: onnxruntime.InferenceSession
     inputs: list[str]
     dtypes: list[np.dtype]  # of each input, as the graph declares it
-    outputs: dict[str, str]  # graph tensor -> "logits", "mu", "action" or "memory"
+    outputs: dict[str, str]  # graph tensor -> "logits", "mu", "action" or "memory"; several to one name: side by side
     batch: int | None  # the batch size the graph's inputs fix; None: any
-    discrete: bool
+    action_kind: ActionKind
     # A recurrent graph's (memory input, memory output): ML-Agents' (recurrent_in, recurrent_out).
     memory: tuple[str, str] | None = None
     hidden: int = 0  # the memory's [h | c] halves' width
@@ -89,12 +89,28 @@ class OnnxReference:
             self.session.run(names, {n: x[i : i + step] for n, x in zip(self.inputs, feed, strict=True)})
             for i in range(0, rows, step)
         ]
-        values = {self.outputs[name]: np.concatenate([part[k] for part in parts]) for k, name in enumerate(names)}
-        return self._actions(values, rows)
+        tensors = {name: np.concatenate([part[k] for part in parts]) for k, name in enumerate(names)}
+        return self._actions(self._named(tensors), rows)
+
+    def _named(self, tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The graph's tensors under the harness's names. ML-Agents' branches each mask their own
+        logits: the harness's head holds them side by side."""
+        return {
+            ours: np.concatenate([tensors[name] for name in self.outputs if self.outputs[name] == ours], axis=-1)
+            for ours in dict.fromkeys(self.outputs.values())
+        }
 
     def _actions(self, values: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
-        if self.discrete and "action" in values:
-            values["action"] = values["action"].reshape(rows).astype(np.int64)
+        if "action" in values:
+            match self.action_kind:
+                case "discrete":
+                    values["action"] = values["action"].reshape(rows).astype(np.int64)
+                case "multi_discrete":
+                    values["action"] = values["action"].reshape(rows, -1).astype(np.int64)
+                case "continuous":
+                    pass
+                case _:
+                    assert_never(self.action_kind)
         return values
 
     def _sequence(self, arrays: tuple[np.ndarray, ...], memory: tuple[str, str]) -> dict[str, np.ndarray]:
@@ -117,7 +133,7 @@ class OnnxReference:
             step = self.session.run(names, {**rows, memory_in: zeros if starts[t] else state})
             state = step[out]
             steps.append(step)
-        values = {self.outputs[name]: np.concatenate([step[k] for step in steps]) for k, name in enumerate(names)}
+        values = self._named({name: np.concatenate([step[k] for step in steps]) for k, name in enumerate(names)})
         both = values.pop(self.outputs[memory_out])
         values["state_h"], values["state_c"] = both[:, :, : self.hidden], both[:, :, self.hidden :]
         return self._actions(values, len(starts))
@@ -156,7 +172,7 @@ def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
     batch = first.dim_value if first.HasField("dim_value") else None
     dtypes = [np.dtype(onnx.helper.tensor_dtype_to_np_dtype(value.type.tensor_type.elem_type)) for value in inputs]
     names = [value.name for value in inputs]
-    reference = OnnxReference(session, names, dtypes, outputs, batch, info.action_kind == "discrete")
+    reference = OnnxReference(session, names, dtypes, outputs, batch, info.action_kind)
     if info.memory is not None:
         from harness.policies.mlagents_onnx import RECURRENT_IN, RECURRENT_OUT
 

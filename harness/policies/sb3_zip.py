@@ -158,6 +158,7 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
         sampling=actor.sampling,
         memory=Memory(actor.memory.num_layers, actor.memory.hidden_size) if actor.memory is not None else None,
         masked=actor.masked,
+        branches=save.action.branches,
     )
     return PolicyNet(
         info,

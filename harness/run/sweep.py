@@ -303,6 +303,7 @@ def unit_rules(plan: SweepPlan, unit: Unit, policy: PolicyNet) -> Rules:
         policy.bounded_outputs(),
         scores=head_name(policy),
         masked=policy.info.masked,
+        branches=policy.info.branches,
     )
 
 

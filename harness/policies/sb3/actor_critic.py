@@ -164,7 +164,7 @@ def _indexed(weights: Weights, prefix: str) -> list[str]:
 
 def _distribution(save: Save, latent: int) -> tuple[Sampling, torch.Tensor | None, bool]:
     """How a Box policy samples (Gaussian, or gSDE), its log std, and whether it squashes."""
-    if save.action.kind == "discrete":
+    if save.action.kind in ("discrete", "multi_discrete"):
         return Sampling(), None, False
     weights, size = save.weights, save.action.size
     shape = weights.shape("log_std")

@@ -43,9 +43,10 @@ class DictSpace:
 @dataclass(frozen=True)
 class ActionSpace:
     kind: ActionKind
-    size: int  # discrete actions, or continuous dimensions
+    size: int  # discrete actions (all branches'), or continuous dimensions
     low: tuple[float, ...] | None  # Box only
     high: tuple[float, ...] | None
+    branches: tuple[int, ...] = ()  # MultiDiscrete only: its nvec
 
 
 def observation_space(path: Path, data: dict[str, Any]) -> BoxSpace | DictSpace:
@@ -74,8 +75,27 @@ def action_space(path: Path, data: dict[str, Any]) -> ActionSpace:
         assert isinstance(space, dict)
         box = _box(path, space, "Box action space")
         return ActionSpace("continuous", box.size, box.low, box.high)
+    if kind == "MultiDiscrete":
+        assert isinstance(space, dict)
+        return _multi_discrete(path, space)
     what = shown(space.get(":type:") if isinstance(space, dict) and space.get(":type:") else space)
-    raise PolicyLoadError(path, f"action space {what} is not supported (only Discrete and Box)")
+    raise PolicyLoadError(path, f"action space {what} is not supported (only Discrete, MultiDiscrete and Box)")
+
+
+def _multi_discrete(path: Path, space: dict[str, Any]) -> ActionSpace:
+    """A MultiDiscrete of one axis, two branches or more, each starting at 0: SB3's
+    MultiCategoricalDistribution, whose action_net gives the branches' logits side by side."""
+    shape = space.get("_shape", space.get("shape"))
+    size = shape[0] if isinstance(shape, list) and len(shape) == 1 and isinstance(shape[0], int) else 0
+    nvec, start = bounds(space.get("nvec"), size), bounds(space.get("start", "0"), size)
+    if size < 2 or nvec is None or not all(n >= 1 and n == int(n) for n in nvec):
+        raise PolicyLoadError(
+            path, f"MultiDiscrete action space of shape {shown(shape)} is not read (one axis of two branches or more)"
+        )
+    if start is not None and any(start):
+        raise PolicyLoadError(path, f"MultiDiscrete action space starts at {list(start)}, not at 0: not read")
+    branches = tuple(int(n) for n in nvec)
+    return ActionSpace("multi_discrete", sum(branches), None, None, branches)
 
 
 def _type(space: Any) -> str | None:
