@@ -22,7 +22,7 @@ if [ "$part" != ray ]; then
   # tests of what reads, casts, runs and exports policies with torch, of the devices and the
   # torch_npu API, and of Ray's names the harness uses. The rest (the judge, the store, the query, the command line) runs on numpy,
   # scipy, pyarrow and DuckDB, the same in every venv: `make test` runs those once.
-  torch_tests=(sb3_families sb3_zip policy_files onnx_graph export_onnx devices torch_npu_wheel mlagents mlagents_memory
+  torch_tests=(sb3_families sb3_zip policy_files onnx_graph export_onnx devices torch_npu_wheel mlagents mlagents_memory multi_discrete
     vecnormalize golden faults huggy_dtype finite_weights localize episodes recurrent masked
     precision_plan honest_card workloads accelerator_registry registry ray_internals actor_clients)
   "$py" -m pytest -q -p no:cacheprovider -m "not slow" $(printf -- 'tests/test_%s.py ' "${torch_tests[@]}") "$@" \
