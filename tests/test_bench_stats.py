@@ -5,6 +5,7 @@ Poisson arrivals, the rate search, and how windows are repeated, kept and turned
 from __future__ import annotations
 
 from collections.abc import Callable
+import json
 import math
 
 import duckdb
@@ -17,6 +18,7 @@ from harness.judge.bench_stats import (
     Interval,
     efficiency_above_one,
     fewest_samples,
+    latency_percentiles,
     median_interval,
     order_statistic_ranks,
     quantile_interval,
@@ -236,14 +238,15 @@ def _window(times_ms: list[float], cpu_share: float = 1.0) -> LatencyWindow:
     return LatencyWindow(np.asarray(times_ms), elapsed, cpu_share * elapsed)
 
 
-def test_latency_row_pools_kept_windows_and_brackets_the_median_of_their_p50s() -> None:
+def test_latency_row_takes_the_median_of_kept_windows_p50s_and_pools_their_calls() -> None:
     rng = np.random.default_rng(5)
     timed = [_window(list(rng.uniform(1.0, 1.2, 30))) for _ in range(6)] + [_window([9.0] * 30, cpu_share=0.3)]
     bad = [False] * 6 + [True]
     m = latency_measurement(_work(), "sim-cpu0", "device", 2.0, timed, bad, WINDOWS)
     pooled = np.concatenate([t.times_ms for t in timed[:6]])
-    assert (m.row.p50_ms, m.row.p95_ms, m.row.p99_ms) == tuple(quantiles(pooled, [0.5, 0.95, 0.99]))
     window_p50s = sorted(float(np.median(t.times_ms)) for t in timed[:6])
+    assert m.row.p50_ms == float(np.median(window_p50s))
+    assert (m.row.p95_ms, m.row.p99_ms) == tuple(quantiles(pooled, [0.95, 0.99]))
     assert (m.row.ci_low, m.row.ci_high, m.row.ci_of) == (window_p50s[0], window_p50s[-1], "p50_ms")
     assert m.row.valid and m.row.windows == 6 and m.row.first_call_ms == 2.0
     assert m.samples["kept"].tolist() == [True] * 180 + [False] * 30 and len(m.samples["latency_ms"]) == 210
@@ -257,6 +260,21 @@ def test_latency_row_pools_kept_windows_and_brackets_the_median_of_their_p50s() 
     few = [_window([1.0] * 10) for _ in range(6)]
     row = latency_measurement(_work(), "sim-cpu0", "device", 2.0, few, [False] * 6, WINDOWS).row
     assert row.invalid_reason == "p99 from 60 samples (it needs at least 100)"
+
+
+def test_a_latency_row_bounds_its_own_p50_whatever_its_windows_hold() -> None:
+    """Windows hold what their calls' pace allows: on a loaded machine two fast windows held 100
+    times the calls of each slow one. Pooled, the fast calls are the p50 (1 ms), below the third
+    window p50 (5 ms) that bounds the median of twelve: the row's p50 is that median, so its
+    interval holds it; p95 and p99 still pool the calls."""
+    fast, slow = [_window([1.0] * 1000) for _ in range(2)], [_window([4.0 + i] * 10) for i in range(1, 11)]
+    windows = Windows(count=12, seconds=0.1, min_iterations=5, max_spread=0.25)
+    row = latency_measurement(_work(), "sim-cpu0", "device", 2.0, fast + slow, [False] * 12, windows).row
+    assert (row.ci_low, row.ci_high) == (5.0, 12.0) and json.loads(row.detail)["ci_ranks"] == [3, 10]
+    assert row.ci_low <= row.p50_ms <= row.ci_high and row.p50_ms == 8.5  # the median of 1, 1, 5, 6, ..., 14
+    assert (row.p95_ms, row.p99_ms) == tuple(quantiles(np.concatenate([t.times_ms for t in fast + slow]), [0.95, 0.99]))
+    assert latency_percentiles([t.times_ms for t in fast + slow]) == (row.p50_ms, row.p95_ms, row.p99_ms)
+    assert not row.valid and "windows disagree" in row.invalid_reason
 
 
 def _card(label: str) -> BenchCard:

@@ -2,10 +2,11 @@
 intervals from order statistics, and the rules that make a bench row valid. Pure numpy: samples
 in, figures and reasons out; nothing here knows Ray, a card or a clock.
 
-A row's percentiles pool every sample of its kept windows and interpolate linearly between order
-statistics: numpy's default and DuckDB's `quantile_cont`, so `bench_samples` gives back each
-row's figures in SQL. Its interval holds the median of the windows' figures (or the p99 of one
-server trial) with at least 95% confidence, from the binomial law of order statistics: no
+A row's figure is the median of its kept windows' figures (or the p99 of one server trial), and
+its interval holds that figure with at least 95% confidence; a latency row's p95 and p99 pool
+every call of its kept windows. Percentiles interpolate linearly between order statistics:
+numpy's default and DuckDB's `quantile_cont`, so `bench_samples` gives back each row's figures
+in SQL. The interval comes from the binomial law of order statistics: no
 assumption on the shape of the distribution, only that windows (or calls) are independent
 draws, which the agreement rule checks as far as it can.
 """
@@ -13,7 +14,7 @@ draws, which the agreement rule checks as far as it can.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -46,6 +47,20 @@ def quantiles(samples: np.ndarray, qs: list[float]) -> list[float]:
     """Percentiles by the same definition as DuckDB's quantile_cont."""
     values = np.quantile(np.asarray(samples, dtype=np.float64), np.asarray(qs, dtype=np.float64), method=QUANTILE_METHOD)
     return [float(v) for v in values]
+
+
+def latency_percentiles(windows_ms: Sequence[np.ndarray]) -> tuple[float, float, float]:
+    """A latency row's p50, p95 and p99 from its kept windows' call times. The p50 is the row's
+    figure: the median of the windows' own p50s, the statistic their interval bounds. Pooled, a
+    window counts by its calls, and on a loaded machine a fast window holds many times the calls
+    of a slow one: the pooled p50 then follows the fast windows, out of the interval. A p99 needs
+    more calls than a window holds: p95 and p99 pool them."""
+    p95, p99 = quantiles(np.concatenate(list(windows_ms)), [0.95, 0.99])
+    return float(np.median(window_p50s(windows_ms))), p95, p99
+
+
+def window_p50s(windows_ms: Sequence[np.ndarray]) -> list[float]:
+    return [quantiles(times, [0.5])[0] for times in windows_ms]
 
 
 def binomial_cdf(n: int, p: float) -> np.ndarray:

@@ -7,7 +7,7 @@ measurement is judged by its mode's rules into a row -> the audit of the timed p
 summary.
 
 Every measurement runs several windows (README, "Speed"): a row's figure is the median of its
-windows' figures (latency percentiles pool the calls of its windows), its 95% interval comes
+windows' figures (a latency row's p95 and p99 pool the calls of its windows), its 95% interval comes
 from their order statistics and its validity from the rules of harness/judge/bench_stats.py.
 The clocks of device time, throughput and the closed loop run inside the actors; the driver
 only times what it alone can see: end-to-end round trips and server requests.

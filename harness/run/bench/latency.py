@@ -1,6 +1,6 @@
 """The latency mode: each card alone, one after another, calls back to back; device time inside
-the actor, then end to end through Ray. p50, p95, p99 and the mean pool the calls of the kept
-windows; the interval is of the median of the windows' own p50s."""
+the actor, then end to end through Ray. The p50 is the median of the kept windows' own p50s, with
+its interval; p95, p99 and the mean pool the calls of the kept windows."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import ray
 
 from harness.inference.timing import LatencyWindow, measure_latency
-from harness.judge.bench_stats import Interval, quantile_interval, quantiles, too_few_for_percentile
+from harness.judge.bench_stats import Interval, latency_percentiles, quantile_interval, too_few_for_percentile, window_p50s
 from harness.outputs import Outputs
 from harness.run.bench.modes import Bench, Mode
 from harness.run.bench.rows import BenchResult, Figures, Measurement, RowKey, Sampled, Summary, judged, sample_columns
@@ -50,12 +50,11 @@ class Latency(WindowRuns[LatencyWindow]):
 
     @cached_property
     def percentiles(self) -> tuple[float, float, float]:
-        p50, p95, p99 = quantiles(self.pooled, [0.5, 0.95, 0.99])
-        return p50, p95, p99
+        return latency_percentiles([t.times_ms for t in self.used])
 
     @cached_property
     def interval(self) -> Interval | None:
-        return median_of_windows([quantiles(t.times_ms, [0.5])[0] for t in self.used], self.windows)[1]
+        return median_of_windows(window_p50s([t.times_ms for t in self.used]), self.windows)[1]
 
     @property
     def p99_ms(self) -> float:
