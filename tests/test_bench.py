@@ -130,7 +130,10 @@ def test_a_quick_look_writes_every_mode_and_says_it_is_one(quick_bench: QuickBen
     server = {(r["batch_size"], r["n_cards"]): r for r in rows if r["mode"] == "server"}
     assert set(server) == {(b, k) for b in sizes for k in (1, 2)}
     for r in server.values():
-        assert r["latency_bound_ms"] == 20.0 and r["timing"] == "end_to_end" and json.loads(r["detail"])["trials"]
+        assert r["latency_bound_ms"] == 20.0 and r["timing"] == "end_to_end"
+        # Searched, or (a loaded machine's round trip already over the bound) not, and the row says so.
+        unloaded = json.loads(r["detail"])["unloaded_end_to_end_p99_ms"]
+        assert json.loads(r["detail"])["trials"] or (unloaded > 20.0 and "no rate meets it" in r["invalid_reason"]), r
 
     audit = read_table(results, "checks")
     assert audit and all(c["kind"] == "bench_audit" and c["passed"] and c["gating"] for c in audit)
