@@ -74,8 +74,8 @@ test-torch:
 	@test -n "$(TORCH)" || { echo "usage: make test-torch TORCH=2.6.0 (CI runs $(CI_TORCH))"; exit 2; }
 	$(MAKE) test-torch-$(TORCH)
 
-# Each venv's tests, all of them or a part: quick (no Ray) or ray (the ray_versions tests and the
-# sweep). CI runs the quick part beside `make test` at the lowest priority, the rest after it.
+# Each venv's tests, all of them or a part: quick (no Ray) or ray (the sweep; on another Ray than
+# the main venv's, the ray_versions and ray_recovery tests before it). CI runs the quick part beside `make test` at the lowest priority, the rest after it.
 MATRIX_PART ?= all
 test-torch-%: .venv-torch-%/.installed
 	$(if $(RAY_$*),OTHER_RAY=1 )scripts/test_torch.sh .venv-torch-$* $(MATRIX_PART) $(ARGS)

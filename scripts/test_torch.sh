@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The harness on another torch of the supported range (`make test-torch TORCH=2.6.0`): the quick
 # tests of what the venv varies (the torch_npu API check against the wheel installed beside it
-# among them) and those marked ray_versions (the venv may hold another Ray of the range: Makefile
-# RAY_<torch>), then one small sweep on 2 simulated cards, whose recorded precision settings are
-# printed.
+# among them), where the venv holds another Ray of the range (Makefile RAY_<torch>) those marked
+# ray_versions and ray_recovery, then one small sweep on 2 simulated cards, whose recorded
+# precision settings are printed.
 # Usage: [OTHER_RAY=1] scripts/test_torch.sh VENV [all|quick|ray] [pytest args...]
 #   quick  the quick tests alone: no Ray starts, so CI runs them at the lowest priority beside
 #          `make test`, in the CPU its Ray tests leave idle
-#   ray    the tests marked ray_versions and the sweep; where the venv holds another Ray than the
-#          main venv's (OTHER_RAY=1: the oldest of the range), also those marked ray_recovery: a
-#          lost node and a resumed run, a card that crashes or hangs and is restarted
+#   ray    the sweep; where the venv holds another Ray than the main venv's (OTHER_RAY=1: the
+#          oldest of the range), first the tests marked ray_versions (a join refused for its
+#          versions) and ray_recovery (lost nodes and a resumed run, a card that crashes or hangs
+#          and is restarted). On the main venv's Ray, `make test` runs those.
 set -euo pipefail
 venv=$1 part=${2:-all}
 shift $(($# < 2 ? $# : 2))
@@ -29,7 +30,9 @@ if [ "$part" != ray ]; then
     || [ $? = 5 ] # 5: ARGS chose none here
 fi
 [ "$part" = quick ] && exit 0
-"$py" -m pytest -q -p no:cacheprovider -m "ray_versions${OTHER_RAY:+ or ray_recovery}" "$@" || [ $? = 5 ]
+if [ -n "${OTHER_RAY:-}" ]; then
+  "$py" -m pytest -q -p no:cacheprovider -m "ray_versions or ray_recovery" "$@" || [ $? = 5 ]
+fi
 results=$(mktemp -d)
 trap 'rm -rf "$results"' EXIT
 "$venv/bin/harness" sweep --policy cartpole --dtypes float32,bfloat16 --batch-sizes 1,8 --episodes 1 --no-progress \
