@@ -23,7 +23,7 @@ from sb3_contrib import RecurrentPPO
 
 from harness.devices import cpu_reference
 from harness.dtypes import GOLDEN_DTYPE
-from harness.errors import PolicyLoadError, UsageError
+from harness.errors import PolicyLoadError
 from harness.inference.episodes import run_episodes
 from harness.inference.forward import run_batch
 from harness.outputs import STATE_OUTPUTS
@@ -212,14 +212,6 @@ def test_an_export_steps_with_its_state_as_the_harness_does(name: str, opset: in
     with torch.inference_mode():
         expected = policy.latent_and_head(*(torch.from_numpy(o) for o in obs))[1].numpy()
     np.testing.assert_allclose(at_once, expected, atol=ATOL * scale, rtol=0)
-
-
-def test_a_recurrent_policy_in_mlagents_layout_is_refused_by_name(folder: Path, tmp_path: Path) -> None:
-    _, policy = agent("mlp-shared", folder)
-    clipped = cast_policy(policy, "float32")
-    clipped.action_clip = 3.0
-    with pytest.raises(UsageError, match="cannot export a recurrent policy in ML-Agents' layout"):
-        export_onnx(clipped, tmp_path / "r.onnx")
 
 
 def test_a_state_off_by_more_than_the_dtypes_error_fails_the_port_rule(folder: Path) -> None:

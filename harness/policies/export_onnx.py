@@ -8,8 +8,8 @@ module by module, in exactly the order of operations the harness's float32 forwa
 
 Two layouts:
 
-- **ML-Agents** (a continuous policy that acts by ML-Agents' rule, `clip(mu, -3, 3) / 3`, or came
-  from an ML-Agents file): the model version 3 names (`obs_0`.., `deterministic_continuous_actions`,
+- **ML-Agents** (a feed-forward continuous policy that acts by ML-Agents' rule, `clip(mu, -3, 3) /
+  3`, or came from an ML-Agents file): the model version 3 names (`obs_0`.., `deterministic_continuous_actions`,
   `continuous_actions` sampled in the graph, `version_number`, ...), which Unity and the
   harness's ML-Agents reader take.
 - **Every other policy** (SB3's families): one input per observation input, named as the policy
@@ -18,14 +18,14 @@ Two layouts:
   preprocessing), and two outputs: the head as a sweep names it (`logits`, `q_values` or `mu`)
   and `deterministic_actions` (the argmax; a Box's action: `mu`, or tanh then the action bounds).
 
-  A recurrent policy (RecurrentPPO) takes one step of each row: its state is explicit, inputs
-  `state_h`, `state_c` ([layers, batch, hidden], as sb3-contrib's predict returns it) and
-  `episode_start` (float32 [batch], 1 where the row's episode starts: the state is multiplied by
-  1 - episode_start first, as sb3-contrib does), and outputs `next_state_h`, `next_state_c`; the
-  LSTM is ONNX's LSTM op, one per layer. A masked policy (MaskablePPO) takes `action_mask` (bool
-  [batch, actions], True where legal) and puts MASKED_LOGIT on the rest before the argmax. A
-  multi-discrete one (ML-Agents' branches) gives its branches' logits side by side and
-  `deterministic_actions` [batch, branches], the argmax of each.
+  A recurrent policy (RecurrentPPO; an ML-Agents one with a memory, whatever its head) takes one
+  step of each row: its state is explicit, inputs `state_h`, `state_c` ([layers, batch, hidden],
+  as sb3-contrib's predict returns it) and `episode_start` (float32 [batch], 1 where the row's
+  episode starts: the state is multiplied by 1 - episode_start first, as sb3-contrib does), and
+  outputs `next_state_h`, `next_state_c`; the LSTM is ONNX's LSTM op, one per layer. A masked
+  policy (MaskablePPO) takes `action_mask` (bool [batch, actions], True where legal) and puts
+  MASKED_LOGIT on the rest before the argmax. A multi-discrete one (ML-Agents' branches) gives its
+  branches' logits side by side and `deterministic_actions` [batch, branches], the argmax of each.
 
 What the harness computes before the body is in the graph too, as constants: the observation
 normalizer (ML-Agents' or VecNormalize's statistics, folded in: Sub, Div, Clip, and Where for a
@@ -217,8 +217,6 @@ def export_onnx(policy: PolicyNet, out: Path, opset: int = DEFAULT_OPSET) -> Non
     info = policy.info
     b = _Builder(opset)
     if _mlagents_layout(policy):
-        if info.memory is not None:
-            raise UsageError(f"{info.name}: cannot export a recurrent policy in ML-Agents' layout (recurrent_in/out)")
         inputs = [_tensor(f"obs_{i}", TensorProto.FLOAT, [BATCH, size]) for i, size in enumerate(info.obs_sizes)]
         outputs = _mlagents_outputs(b, policy, _network(b, policy, [i.name for i in inputs], "mu"))
     else:
@@ -249,8 +247,12 @@ def export_onnx(policy: PolicyNet, out: Path, opset: int = DEFAULT_OPSET) -> Non
 
 
 def _mlagents_layout(policy: PolicyNet) -> bool:
-    return policy.info.action_kind == "continuous" and (
-        policy.action_clip is not None or policy.info.source.startswith("mlagents")
+    """A feed-forward continuous ML-Agents actor is written with ML-Agents' names; one with a
+    memory in the recurrent layout, its state explicit, as every recurrent policy."""
+    return (
+        policy.info.action_kind == "continuous"
+        and policy.info.memory is None
+        and (policy.action_clip is not None or policy.info.source.startswith("mlagents"))
     )
 
 
