@@ -132,16 +132,11 @@ def _read(graph: _Graph) -> tuple[int, MLAgentsWeights, tuple[tuple[str, str], .
     layers: list[tuple[torch.Tensor, torch.Tensor]] = []
     recurrent = RECURRENT_IN in [value.name for value in graph.inputs]
     lstm: LstmWeights | None = None
+    branched = False
     while True:
         if several and len(graph.consumers.get(x, [])) > 1:  # the encoding, feeding a Gemm per branch
-            if recurrent and lstm is None:
-                raise LayoutError(f"{RECURRENT_IN} is an input, but the Swish layers feed no LSTM")
-            head, masked = _branches(graph, x, branches)
-            weights = MLAgentsWeights(
-                obs_sizes, normalizer, layers, head, None, None, discrete=True, branches=branches, lstm=lstm
-            )
-            state = ((RECURRENT_OUT, MEMORY_OUTPUT),) if lstm is not None else ()
-            return version, weights, (*((name, "logits") for name in masked), (DISCRETE_DETERMINISTIC, "action"), *state)
+            branched = True
+            break
         # With a memory, the Swish layers end where their output goes into the LSTM's sequence.
         gemm = graph.only_consumer(x, ("Gemm", "Unsqueeze") if recurrent and lstm is None else ("Gemm",))
         if gemm.op_type == "Unsqueeze":
@@ -157,6 +152,10 @@ def _read(graph: _Graph) -> tuple[int, MLAgentsWeights, tuple[tuple[str, str], .
         raise LayoutError(f"{RECURRENT_IN} is an input, but the Swish layers feed no LSTM")
     # The memory after the step, which the reference feeds back (onnx_any.OnnxReference).
     state = ((RECURRENT_OUT, MEMORY_OUTPUT),) if lstm is not None else ()
+    if branched:
+        head, masked = _branches(graph, x, branches)
+        weights = MLAgentsWeights(obs_sizes, normalizer, layers, head, None, None, discrete=True, branches=branches, lstm=lstm)
+        return version, weights, (*((name, "logits") for name in masked), (DISCRETE_DETERMINISTIC, "action"), *state)
     mu = gemm.output[0]
     if discrete:
         logits = _masked_logits(graph, mu, weight_bias[0].shape[0])
