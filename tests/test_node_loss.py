@@ -13,7 +13,6 @@ scenarios that wait it out.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shlex
@@ -22,7 +21,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -31,6 +30,7 @@ from typing import Any
 import pytest
 
 import harness.run.place
+from harness.run import ray_internals
 from tests.helpers import cli, read_table
 
 pytestmark = pytest.mark.slow
@@ -119,23 +119,6 @@ def _cmdline(pid: int) -> str:
     return ""
 
 
-@contextmanager
-def drivers_on_the_head(cluster: Any) -> Iterator[None]:
-    """A driver joins the raylet of its own machine. Here every node is on this machine: newer Ray
-    then picks the head, Ray 2.40 any of them (by hash), and a driver whose raylet a scenario kills
-    dies with it (CI's oldest-Ray lane saw the test process end without a word). Pinned to the head,
-    as on a real cluster where a killed machine is never the driver's."""
-    import ray._private.services as services
-
-    if next(iter(inspect.signature(services.get_node_to_connect_for_driver).parameters)) != "gcs_address":
-        yield  # newer Ray: (gcs_client, node_ip_address, node_name, ...), the head preferred
-        return
-    head = cluster.head_node.node_id
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(services, "get_node_to_connect_for_driver", lambda gcs, _ip: services.get_node(gcs, head))
-        yield
-
-
 @pytest.fixture(scope="module")
 def nodes() -> Iterator[Nodes]:
     from ray.cluster_utils import Cluster
@@ -143,7 +126,9 @@ def nodes() -> Iterator[Nodes]:
     head = {"num_cpus": 0, "include_dashboard": False, "_system_config": HEALTH_CHECKS}
     cluster = Nodes(Cluster(initialize_head=True, head_node_args=head))
     try:
-        with drivers_on_the_head(cluster.cluster):
+        # Every node is on this machine: the test process's drivers join the head's raylet, as on
+        # a real cluster, where the machine a scenario kills is never the driver's.
+        with ray_internals.drivers_join_the_head(cluster.cluster):
             cluster.ensure(cards=2, cpus=1)
             yield cluster
     finally:

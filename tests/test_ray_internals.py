@@ -13,6 +13,7 @@ import pytest
 import ray
 from packaging.requirements import Requirement
 
+from harness.run import ray_internals
 from tests.helpers import REPO
 
 INTERNALS = REPO / "harness" / "run" / "ray_internals.py"
@@ -100,3 +101,26 @@ def test_the_declared_ray_range_is_the_tested_one_and_the_internals_name_its_end
         assert spec.specifier.contains(ray.__version__) and f" and {ray.__version__}," in doc
         major, minor, _ = ray.__version__.split(".")
         assert not spec.specifier.contains(f"{major}.{int(minor) + 1}.0"), "no wider than tested"
+
+
+@pytest.mark.slow
+@pytest.mark.ray_versions
+def test_a_driver_joins_the_heads_raylet_where_the_clusters_nodes_share_the_machine() -> None:
+    """Four nodes of one cluster on this machine, as the lost-node tests make them: a driver
+    started inside `drivers_join_the_head` joins the head's raylet, on each Ray of the range. On
+    Ray 2.40, without it, the driver joins whichever node comes first by hash."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    try:
+        for _ in range(3):
+            cluster.add_node(num_cpus=0)
+        cluster.wait_for_nodes()
+        with ray_internals.drivers_join_the_head(cluster):
+            ray.init(address=cluster.address, logging_level="ERROR")
+            try:
+                assert ray.get_runtime_context().get_node_id() == cluster.head_node.node_id
+            finally:
+                ray.shutdown()
+    finally:
+        cluster.shutdown()

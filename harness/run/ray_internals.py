@@ -16,12 +16,19 @@ anywhere else.
   Ray moved `get_ray_address_file` from `ray._private.utils` to `ray._common.utils` after 2.40.
 - `validate_cluster_config`: what `ray up` checks of a cluster YAML first (tests); Ray validates
   one only in its autoscaler's private module.
+- `drivers_join_the_head`: the raylet a driver started in this process joins (tests). A driver
+  joins a raylet of its own machine; where several nodes of one cluster share a machine (a
+  `ray.cluster_utils.Cluster`), Ray after 2.40 picks the head's, 2.40 any of them (by hash), and a
+  test that kills that node kills the driver too. ray.init has no public way to choose.
 - `AuthenticationError`: token authentication came after Ray 2.40; on a Ray without it, a class
   nothing raises, so that `except` clauses naming it stay valid.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import ray
@@ -67,3 +74,23 @@ def validate_cluster_config(config: dict[str, Any]) -> None:
     from ray.autoscaler._private.util import prepare_config, validate_config
 
     validate_config(prepare_config(config))
+
+
+@contextmanager
+def drivers_join_the_head(cluster: Any) -> Iterator[None]:
+    """While open, a driver this process starts (ray.init with an address) joins the raylet of the
+    head of `cluster` (a `ray.cluster_utils.Cluster`, every node on this machine). Ray 2.40's
+    `get_node_to_connect_for_driver(gcs_address, node_ip_address)` is replaced by the head's node;
+    later Ray's (gcs_client, node_ip_address, node_name, ...) prefers the head itself."""
+    import ray._private.services as services
+
+    original = services.get_node_to_connect_for_driver
+    if next(iter(inspect.signature(original).parameters)) != "gcs_address":
+        yield
+        return
+    head = cluster.head_node.node_id
+    services.get_node_to_connect_for_driver = lambda gcs_address, _ip: services.get_node(gcs_address, head)
+    try:
+        yield
+    finally:
+        services.get_node_to_connect_for_driver = original
