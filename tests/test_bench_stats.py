@@ -30,6 +30,7 @@ from harness.judge.bench_stats import (
     too_few_for_percentile,
     too_few_iterations,
     too_few_windows,
+    window_p50s,
     windows_disagree,
 )
 from harness.policies import load_policy
@@ -273,7 +274,8 @@ def test_a_latency_row_bounds_its_own_p50_whatever_its_windows_hold() -> None:
     assert (row.ci_low, row.ci_high) == (5.0, 12.0) and json.loads(row.detail)["ci_ranks"] == [3, 10]
     assert row.ci_low <= row.p50_ms <= row.ci_high and row.p50_ms == 8.5  # the median of 1, 1, 5, 6, ..., 14
     assert (row.p95_ms, row.p99_ms) == tuple(quantiles(np.concatenate([t.times_ms for t in fast + slow]), [0.95, 0.99]))
-    assert latency_percentiles([t.times_ms for t in fast + slow]) == (row.p50_ms, row.p95_ms, row.p99_ms)
+    ws = [t.times_ms for t in fast + slow]
+    assert latency_percentiles(window_p50s(ws), np.concatenate(ws)) == (row.p50_ms, row.p95_ms, row.p99_ms)
     assert not row.valid and "windows disagree" in row.invalid_reason
 
 

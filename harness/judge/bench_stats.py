@@ -49,14 +49,14 @@ def quantiles(samples: np.ndarray, qs: list[float]) -> list[float]:
     return [float(v) for v in values]
 
 
-def latency_percentiles(windows_ms: Sequence[np.ndarray]) -> tuple[float, float, float]:
-    """A latency row's p50, p95 and p99 from its kept windows' call times. The p50 is the row's
-    figure: the median of the windows' own p50s, the statistic their interval bounds. Pooled, a
-    window counts by its calls, and on a loaded machine a fast window holds many times the calls
-    of a slow one: the pooled p50 then follows the fast windows, out of the interval. A p99 needs
-    more calls than a window holds: p95 and p99 pool them."""
-    p95, p99 = quantiles(np.concatenate(list(windows_ms)), [0.95, 0.99])
-    return float(np.median(window_p50s(windows_ms))), p95, p99
+def latency_percentiles(p50s: Sequence[float], pooled_ms: np.ndarray) -> tuple[float, float, float]:
+    """A latency row's p50, p95 and p99 from its kept windows' own p50s (`window_p50s`) and their
+    calls pooled. The p50 is the row's figure: the median of the windows' p50s, the statistic
+    their interval bounds. Pooled, a window counts by its calls, and on a loaded machine a fast
+    window holds many times the calls of a slow one: the pooled p50 then follows the fast windows,
+    out of the interval. A p99 needs more calls than a window holds: p95 and p99 pool them."""
+    p95, p99 = quantiles(pooled_ms, [0.95, 0.99])
+    return float(np.median(p50s)), p95, p99
 
 
 def window_p50s(windows_ms: Sequence[np.ndarray]) -> list[float]:

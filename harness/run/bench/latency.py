@@ -49,12 +49,16 @@ class Latency(WindowRuns[LatencyWindow]):
         return np.concatenate([t.times_ms for t in self.used])
 
     @cached_property
+    def p50s(self) -> list[float]:
+        return window_p50s([t.times_ms for t in self.used])
+
+    @cached_property
     def percentiles(self) -> tuple[float, float, float]:
-        return latency_percentiles([t.times_ms for t in self.used])
+        return latency_percentiles(self.p50s, self.pooled)
 
     @cached_property
     def interval(self) -> Interval | None:
-        return median_of_windows(window_p50s([t.times_ms for t in self.used]), self.windows)[1]
+        return median_of_windows(self.p50s, self.windows)[1]
 
     @property
     def p99_ms(self) -> float:
