@@ -167,6 +167,19 @@ def test_a_declared_shape_other_than_the_masks_slices_is_refused(export: Path, t
     )
 
 
+def test_a_branch_masked_by_every_other_column_is_refused(export: Path, tmp_path: Path) -> None:
+    """A Slice of action_masks with a step of 2 is no range of columns: refused, not read as one."""
+    model = onnx.load(export)
+    first = next(n for n in model.graph.node if n.op_type == "Slice" and n.input[0] == "action_masks")
+    model.graph.initializer.append(numpy_helper.from_array(np.array([2], np.int64), "every_other"))
+    first.input.append("every_other")
+    path = tmp_path / "step-2.onnx"
+    onnx.save(model, path)
+    with pytest.raises(PolicyLoadError) as error:
+        load_policy(str(path))
+    assert_one_line_error(error, path, "of action_masks is not one range of columns with step 1: None")
+
+
 def test_every_check_fails_per_branch_under_its_fault(policy: PolicyNet, batch: ObsBatch) -> None:
     """judge_batch on the branches: an honest float32 card passes; action-bias flips greedy and
     sampled decisions, noisy-sampler the sampled ones only, ignore-masks chooses masked actions."""

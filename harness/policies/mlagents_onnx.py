@@ -215,8 +215,7 @@ def _memory(graph: _Graph, unsqueeze: onnx.NodeProto) -> tuple[LstmWeights, str]
 
 def _memory_in(graph: _Graph, h0: str, c0: str, hidden: int) -> None:
     """h0 and c0 are the halves of recurrent_in [batch, 1, 2 * hidden], transposed to [1, batch, 2 * hidden]."""
-    value = next(value for value in graph.inputs if value.name == RECURRENT_IN)
-    dims = [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
+    dims = _dims(graph, RECURRENT_IN)
     if len(dims) != 3 or dims[1:] != [1, 2 * hidden]:
         raise LayoutError(f"{RECURRENT_IN} is {dims}, expected [batch, 1, {2 * hidden}] for an LSTM of {hidden} units")
     memory = _constant_of(graph, "memory_size")
@@ -227,7 +226,7 @@ def _memory_in(graph: _Graph, h0: str, c0: str, hidden: int) -> None:
         raise LayoutError(f"{RECURRENT_IN} is transposed by {_perm(transpose)}, expected [1, 0, 2]")
     for name, half, (start, end) in ((h0, "h0", (0, hidden)), (c0, "c0", (hidden, 2 * hidden))):
         node = graph.producer.get(name)
-        bounds = _slice(graph, node) if node is not None and node.op_type == "Slice" else None
+        bounds = _slice(graph, node, dims) if node is not None and node.op_type == "Slice" else None
         if node is None or node.input[0] != transpose.output[0] or bounds is None or bounds != (start, end, 2):
             raise LayoutError(f"the LSTM's {half} {name!r} is not {RECURRENT_IN}'s [{start}, {end}) on axis 2 ({bounds})")
 
@@ -262,9 +261,10 @@ def _perm(node: onnx.NodeProto) -> list[int]:
     return [int(p) for p in next((a.ints for a in node.attribute if a.name == "perm"), [])]
 
 
-def _slice(graph: _Graph, node: onnx.NodeProto) -> tuple[int, int, int] | None:
-    """(start, end, axis) of a Slice of one axis with step 1 (attributes before opset 10, inputs
-    from then on), the end clamped to that axis's width as Slice clamps it; None for anything else."""
+def _slice(graph: _Graph, node: onnx.NodeProto, dims: list[int | str]) -> tuple[int, int, int] | None:
+    """(start, end, axis) of a Slice of one axis with step 1 of a tensor of `dims` (attributes
+    before opset 10, inputs from then on), the end clamped to that axis's width as Slice clamps
+    it; None for anything else."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     if "starts" in attrs:
         parts = [list(attrs["starts"]), list(attrs["ends"]), list(attrs.get("axes", [0]))]
@@ -276,16 +276,21 @@ def _slice(graph: _Graph, node: onnx.NodeProto) -> tuple[int, int, int] | None:
     starts, ends, axes = parts
     if len(starts) != 1 or len(ends) != 1 or len(axes) != 1 or steps != [1]:
         return None
-    value = next(value for value in graph.inputs if value.name == RECURRENT_IN)
-    width = value.type.tensor_type.shape.dim[-1].dim_value
-    return int(starts[0]), min(int(ends[0]), width), int(axes[0]) % 3
+    axis = int(axes[0]) % len(dims)
+    width = dims[axis]
+    return int(starts[0]), min(int(ends[0]), width) if isinstance(width, int) else int(ends[0]), axis
+
+
+def _dims(graph: _Graph, name: str) -> list[int | str]:
+    """The input `name`'s shape: each dimension's size, or its name where it has none (batch)."""
+    value = next(value for value in graph.inputs if value.name == name)
+    return [d.dim_value or d.dim_param for d in value.type.tensor_type.shape.dim]
 
 
 def _masks_width(graph: _Graph, actions: int) -> None:
-    masks = next(value for value in graph.inputs if value.name == ACTION_MASKS)
-    dims = masks.type.tensor_type.shape.dim
-    if len(dims) != 2 or dims[1].dim_value != actions:
-        raise LayoutError(f"{ACTION_MASKS} is {[d.dim_value or d.dim_param for d in dims]}, expected [batch, {actions}]")
+    dims = _dims(graph, ACTION_MASKS)
+    if len(dims) != 2 or dims[1] != actions:
+        raise LayoutError(f"{ACTION_MASKS} is {dims}, expected [batch, {actions}]")
 
 
 def _masked_logits(graph: _Graph, logits: str, actions: int) -> str:
@@ -338,17 +343,10 @@ def _mask_columns(graph: _Graph, logits: str) -> tuple[int, int]:
     node = graph.producer.get(mask)
     if node is None or node.op_type != "Slice" or node.input[0] != ACTION_MASKS:
         raise LayoutError(f"the branch logits {logits!r} are multiplied by {mask!r}, expected a Slice of {ACTION_MASKS}")
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}  # before opset 10
-    bounds = [
-        [int(v) for v in attrs[key]]
-        if key in attrs
-        else [int(v) for v in graph.constant(node.input[position], f"Slice {key}").reshape(-1)]
-        for position, key in ((1, "starts"), (2, "ends"), (3, "axes"))
-        if key in attrs or len(node.input) > position
-    ]
-    if len(bounds) != 3 or bounds[2] not in ([1], [-1]) or len(bounds[0]) != 1 or len(bounds[1]) != 1:
-        raise LayoutError(f"the Slice {mask!r} of {ACTION_MASKS} is not one range of columns: {bounds}")
-    return bounds[0][0], bounds[1][0]
+    bounds = _slice(graph, node, _dims(graph, ACTION_MASKS))
+    if bounds is None or bounds[2] != 1:
+        raise LayoutError(f"the Slice {mask!r} of {ACTION_MASKS} is not one range of columns with step 1: {bounds}")
+    return bounds[0], bounds[1]
 
 
 def _version(graph: _Graph) -> int:
