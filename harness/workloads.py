@@ -13,7 +13,15 @@ from typing import assert_never
 
 import numpy as np
 
-from harness.policies.base import ACTION_MASK, EPISODE_START, NORMALIZER_CLAMP, ObsInput, PolicyInfo, SamplingKind
+from harness.policies.base import (
+    ACTION_MASK,
+    EPISODE_START,
+    NORMALIZER_CLAMP,
+    ObsInput,
+    PolicyInfo,
+    SamplingKind,
+    branch_starts,
+)
 
 DISTRIBUTIONS = ("normal", "uniform", "edge")
 # Observation bounds that are infinite, or float32-max as gymnasium writes "unbounded" (CartPole
@@ -111,7 +119,7 @@ def action_masks(branches: tuple[int, ...], size: int, rng: np.random.Generator)
     action legal with probability one half, and in each branch one drawn action always legal,
     as an environment always leaves one (one branch: a discrete policy's masks)."""
     masks = rng.uniform(0.0, 1.0, (size, sum(branches))) < 0.5
-    for first, n_actions in zip(np.cumsum((0, *branches[:-1])), branches, strict=True):
+    for first, n_actions in zip(branch_starts(branches), branches, strict=True):
         masks[np.arange(size), first + rng.integers(0, n_actions, size)] = True
     return masks
 

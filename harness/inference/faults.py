@@ -10,11 +10,10 @@ from functools import partial
 from pathlib import Path
 from typing import assert_never
 
-import numpy as np
 import torch
 
 from harness.inference.fault_specs import Fault
-from harness.policies.base import PolicyNet
+from harness.policies.base import PolicyNet, branch_starts
 from harness.policies.matmul_precision import accumulate_float16_in_float16, reduce_float32_matmuls
 
 CORRUPTION = 1.01
@@ -110,7 +109,7 @@ def bias_head(policy: PolicyNet, size: float) -> None:
         case "continuous":
             firsts = None
         case "discrete" | "multi_discrete":
-            firsts = [int(first) for first in np.cumsum((0, *policy.info.branch_sizes[:-1]))]
+            firsts = list(branch_starts(policy.info.branch_sizes))
         case _:
             assert_never(kind)
     policy.head.register_forward_hook(partial(_add_bias, size=size, firsts=firsts))

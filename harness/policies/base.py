@@ -124,6 +124,12 @@ class ObsInput:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
 
 
+def branch_starts(branches: tuple[int, ...]) -> tuple[int, ...]:
+    """Each discrete branch's first column, where the branches' actions (logits, masks) lie side
+    by side in the order of `branches`."""
+    return tuple(int(first) for first in np.cumsum((0, *branches[:-1])))
+
+
 @dataclass(frozen=True)
 class PolicyInfo:
     """What a policy is and where its bytes came from; recorded with every result."""

@@ -39,7 +39,7 @@ import onnx
 import torch
 
 from harness.errors import PolicyLoadError
-from harness.policies.base import NORMALIZER_CLAMP, Normalizer, PolicyNet
+from harness.policies.base import NORMALIZER_CLAMP, Normalizer, PolicyNet, branch_starts
 from harness.policies.mlagents import ACTION_CLIP, LayoutError, LstmWeights, MLAgentsWeights
 from harness.policies.onnx_model import GraphIndex, OnnxFile, read_model
 
@@ -318,8 +318,7 @@ def _branches(graph: _Graph, x: str, branches: tuple[int, ...]) -> tuple[tuple[t
         ops = [node.op_type for node in gemms]
         raise LayoutError(f"{x!r} feeds {ops}, expected a Gemm for each of the {len(branches)} discrete branches")
     columns = {_mask_columns(graph, gemm.output[0]): gemm for gemm in gemms}
-    starts = [int(first) for first in np.cumsum((0, *branches[:-1]))]
-    expected = [(first, first + size) for first, size in zip(starts, branches, strict=True)]
+    expected = [(first, first + size) for first, size in zip(branch_starts(branches), branches, strict=True)]
     if sorted(columns) != expected:
         raise LayoutError(
             f"the branches' Gemms are masked by columns {sorted(columns)} of {ACTION_MASKS}, "
