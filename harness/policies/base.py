@@ -144,6 +144,7 @@ class PolicyInfo:
     env_id: str | None = None  # environment for closed-loop episodes, when the policy has one
     onnx_path: str | None = None  # onnxruntime reference, when the policy came as ONNX
     onnx_outputs: tuple[tuple[str, str], ...] = ()  # (graph tensor, "logits" | "mu" | "action" | "memory") the reference reads
+    onnx_memory: tuple[str, str] | None = None  # a recurrent graph's (state input, state output), fed back by the reference
     detail: str = ""  # e.g. "SB3 1.0rc0, Tanh, pi [64, 64]"
     env_source: str = ""  # where env_id came from: "built in", "RL Zoo args.yml", "model card", "--env", ...
     obs_normalization: str = ""  # what normalizes observations inside the policy, e.g. "VecNormalize (vecnormalize.pkl)"

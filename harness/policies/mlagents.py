@@ -153,6 +153,7 @@ class MLAgentsWeights:
         synthetic: bool = False,
         onnx_path: str | None = None,
         onnx_outputs: tuple[tuple[str, str], ...] = (),
+        onnx_memory: tuple[str, str] | None = None,
     ) -> PolicyNet:
         info = PolicyInfo(
             name=name,
@@ -164,6 +165,7 @@ class MLAgentsWeights:
             synthetic=synthetic,
             onnx_path=onnx_path,
             onnx_outputs=onnx_outputs,
+            onnx_memory=onnx_memory,
             detail=detail,
             masked=self.discrete,
             memory=Memory(1, self.lstm.hidden) if self.lstm is not None else None,

@@ -86,6 +86,7 @@ def load_mlagents_onnx(path: Path, onnx_file: OnnxFile | None = None) -> PolicyN
         synthetic=synthetic,
         onnx_path=str(path),
         onnx_outputs=onnx_outputs,
+        onnx_memory=(RECURRENT_IN, RECURRENT_OUT) if weights.lstm is not None else None,
     )
 
 

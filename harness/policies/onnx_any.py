@@ -68,8 +68,7 @@ class OnnxReference:
     outputs: dict[str, str]  # graph tensor -> "logits", "mu", "action" or "memory"; several to one name: side by side
     batch: int | None  # the batch size the graph's inputs fix; None: any
     action_kind: ActionKind
-    # A recurrent graph's (memory input, memory output): ML-Agents' (recurrent_in, recurrent_out).
-    memory: tuple[str, str] | None = None
+    memory: tuple[str, str] | None = None  # a recurrent graph's (state input, state output): PolicyInfo.onnx_memory
     hidden: int = 0  # the memory's [h | c] halves' width
     observations: int = 0  # a batch's observation arrays, before its episode starts
 
@@ -174,10 +173,7 @@ def onnx_reference(info: PolicyInfo, threads: int) -> OnnxReference:
     names = [value.name for value in inputs]
     reference = OnnxReference(session, names, dtypes, outputs, batch, info.action_kind)
     if info.memory is not None:
-        from harness.policies.mlagents_onnx import RECURRENT_IN, RECURRENT_OUT
-
-        reference.memory = (RECURRENT_IN, RECURRENT_OUT)
-        reference.hidden, reference.observations = info.memory.hidden, len(info.inputs)
+        reference.memory, reference.hidden, reference.observations = info.onnx_memory, info.memory.hidden, len(info.inputs)
     return reference
 
 
