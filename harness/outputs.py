@@ -26,7 +26,9 @@ STATE_OUTPUTS = ("state_h", "state_c")
 class EpisodeOutput:
     episode_seed: int
     stochastic: bool
-    actions: np.ndarray  # as stepped: int64 (length,) discrete, or (length, action_size) in the Box's dtype
+    # As stepped: int64 (length,) discrete or (length, branches) multi-discrete; (length, action_size)
+    # continuous, in the Box's dtype.
+    actions: np.ndarray
     episode_return: float
     length: int
     # How the policy saw the episode: "single" (its own forward at batch 1) or "lockstep" (one
@@ -34,7 +36,8 @@ class EpisodeOutput:
     # may choose other actions at another size, so only equal batchings are compared.
     batching: str = "single"
     batch_size: int = 1
-    # A masked policy's actions that its environment's action_masks() did not allow at that step.
+    # A masked policy's actions (each branch's, multi-discrete) that its environment's action_masks()
+    # did not allow at that step.
     illegal: int = 0
 
     @property

@@ -4,6 +4,7 @@ branch, the per-branch judge (decisions, masked_actions) and the faults that mak
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -242,15 +243,32 @@ def test_export_onnx_writes_the_branches_and_onnxruntime_agrees(
     assert not compare_masks(unmasked, by_branch(masks, BRANCHES, False)).passed
 
 
-def test_an_environment_for_branches_is_refused_by_name(policy: PolicyNet) -> None:
-    """Episodes step one action per row and count masked ones per row: a multi-discrete policy
-    plays none yet, and an environment given to it is refused, never played with the wrong actions."""
+@pytest.mark.parametrize(
+    ("env_id", "theirs"),
+    [("CartPole-v1", "Discrete(2)"), ("seals/Sort-v0", "MultiDiscrete([4, 4])")],
+    ids=["discrete", "other-branches"],
+)
+def test_an_environment_of_other_actions_is_refused_by_name(policy: PolicyNet, env_id: str, theirs: str) -> None:
+    """Episodes step each row's branches as one MultiDiscrete action: an environment whose actions
+    are not those branches is refused, never played with the wrong actions."""
     from harness.envs.registry import check_env
     from harness.errors import UsageError
 
-    info = replace(policy.info, inputs=(replace(policy.info.inputs[0], shape=(4,)),))  # CartPole's observations
-    with pytest.raises(UsageError, match=r"the policy's are multi-discrete branches \[3, 2\], which play no episodes here"):
-        check_env("CartPole-v1", info)
+    info = replace(policy.info, inputs=(replace(policy.info.inputs[0], shape=(4,)),), masked=False)  # both give 4 values
+    with pytest.raises(UsageError, match=rf"its actions are {re.escape(theirs)}, the policy's are MultiDiscrete\(\[3, 2\]\)"):
+        check_env(env_id, info)
+
+
+def test_a_branch_whose_chosen_action_is_masked_counts_as_illegal() -> None:
+    """The episodes' count of masked choices, per row: each branch's action against its own
+    columns of the masks (a multi-discrete policy), or the one action (discrete)."""
+    from harness.inference.episodes import masked_choices
+
+    masks = np.array([[True, False, True, True, False], [False, True, True, False, True]])  # branches 3 and 2
+    assert masked_choices(masks, np.array([[0, 0], [1, 1]]), BRANCHES).tolist() == [0, 0]
+    assert masked_choices(masks, np.array([[1, 1], [0, 0]]), BRANCHES).tolist() == [2, 2]
+    assert masked_choices(masks, np.array([[2, 1], [2, 0]]), BRANCHES).tolist() == [1, 1]
+    assert masked_choices(masks, np.array([1, 3]), (5,)).tolist() == [1, 1]
 
 
 # --- SB3: a MultiDiscrete action space ----------------------------------------------------------
@@ -307,3 +325,33 @@ def test_a_multidiscrete_space_the_harness_does_not_read_is_refused_by_name(
     with pytest.raises(PolicyLoadError) as error:
         load_policy(str(path))
     assert_one_line_error(error, path, problem)
+
+
+def test_an_sb3_multidiscrete_policy_plays_its_episodes_as_sb3_predicts(tmp_path: Path) -> None:
+    """seals/Sort-v0 (MultiDiscrete([4, 4]): which two values to swap): each row's branches are
+    stepped as one action and recorded as (length, branches), in both batchings, as SB3's own
+    predict plays the same seeds. The actions depend on the observations: no hidden layer, the
+    action_net's weights drawn wide."""
+    from harness.inference.episodes import run_episodes
+
+    sort = "seals/Sort-v0"
+    model = PPO("MlpPolicy", gym.make(sort), policy_kwargs={"net_arch": []}, **ON)
+    with torch.no_grad():
+        model.policy.action_net.weight.copy_(torch.from_numpy(np.random.default_rng(0).normal(0.0, 10.0, (8, 4))))
+    policy = load_policy(str(save_sb3(model, tmp_path / "sort.zip")))
+    assert policy.info.branches == (4, 4)
+    played = set()
+    for batching in ("lockstep", "single"):
+        for episode in run_episodes(policy, DEVICE, sort, [3, 1, 2], False, batching):
+            env = gym.make(sort)
+            obs, _ = env.reset(seed=episode.episode_seed)
+            actions, total, over = [], 0.0, False
+            while not over:
+                action, _ = model.predict(obs, deterministic=True)
+                actions.append(action)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total, over = total + float(reward), terminated or truncated
+            np.testing.assert_array_equal(episode.actions, np.asarray(actions))
+            assert (episode.actions.shape, episode.episode_return, episode.illegal) == ((len(actions), 2), total, 0)
+            played.update(map(tuple, episode.actions.tolist()))
+    assert len(played) > 1

@@ -14,7 +14,7 @@ from typing import Any, assert_never
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.spaces import Box, Discrete, Space
+from gymnasium.spaces import Box, Discrete, MultiDiscrete, Space
 
 from harness.envs.lockstep import ACTION_MASKS
 from harness.envs.observations import Observations, View
@@ -76,8 +76,12 @@ def check_env(env: EnvSpec | str, info: PolicyInfo) -> None:
                 isinstance(action_space, Discrete) and int(action_space.n) == info.action_size and int(action_space.start) == 0
             )
         case "multi_discrete":
-            # Episodes step one action per row, and count a masked one per row: not yet one per branch.
-            fits = False
+            fits = (
+                isinstance(action_space, MultiDiscrete)
+                and action_space.nvec.ndim == 1
+                and tuple(int(n) for n in action_space.nvec) == info.branches
+                and not action_space.start.any()
+            )
         case "continuous":
             fits = isinstance(action_space, Box) and action_space.shape == (info.action_size,)
         case _:
@@ -128,6 +132,9 @@ def _describe(space: Space[Any]) -> str:
         return f"Discrete({space.n})" if space.start == 0 else f"Discrete({space.n}, start={space.start})"
     if isinstance(space, Box):
         return f"Box of shape {space.shape}"
+    if isinstance(space, MultiDiscrete):
+        shown = f"MultiDiscrete({space.nvec.tolist()}"
+        return f"{shown}, start={space.start.tolist()})" if space.start.any() else f"{shown})"
     return type(space).__name__
 
 
@@ -137,7 +144,7 @@ def _policy_actions(info: PolicyInfo) -> str:
         case "discrete":
             return f"Discrete({info.action_size})"
         case "multi_discrete":
-            return f"multi-discrete branches {list(info.branches)}, which play no episodes here"
+            return f"MultiDiscrete({list(info.branches)})"
         case "continuous":
             return f"continuous of shape ({info.action_size},)"
         case _:

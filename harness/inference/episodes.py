@@ -20,7 +20,7 @@ A recurrent policy carries each episode's state from step to step, its own slice
 both batchings, zeroed where the episode starts (and where a wrapper ended one inside the
 environment's, as SB3's VecEnv says done there). A masked policy chooses among the actions its
 environment's `action_masks()` allows at that step; the episode records how many it chose that
-were not (`EpisodeOutput.illegal`).
+were not (`EpisodeOutput.illegal`; a multi-discrete policy's branches each count).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from harness.envs.protocol import LockstepEnv, Obs
 from harness.envs.registry import action_bounds, check_env
 from harness.envs.spec import EnvSpec
 from harness.outputs import EpisodeOutput
-from harness.policies.base import PolicyNet
+from harness.policies.base import PolicyNet, branch_starts
 from harness.workloads import episode_noise
 
 BATCHINGS = ("lockstep", "single")
@@ -85,7 +85,7 @@ def play(
         masks_on_card = None if masks is None else torch.from_numpy(masks).to(device.torch_device)
         actions = decide(on_card, t, running, starts, masks_on_card)
         if masks is not None:
-            illegal += running & ~masks[np.arange(len(actions)), actions]
+            illegal += np.where(running, masked_choices(masks, actions, policy.info.branch_sizes), 0)
         if bounds is not None:
             # SB3's predict for a Box: np.clip to the bounds; the env gets the Box's dtype.
             actions = np.clip(actions, *bounds).astype(bounds[0].dtype, copy=False)
@@ -113,6 +113,13 @@ def play(
         for row, seed in enumerate(row_seeds)
     ]
     return [episodes[row] for row in np.argsort(order)]  # seed i of the caller sits in row rank(i)
+
+
+def masked_choices(masks: np.ndarray, actions: np.ndarray, branches: tuple[int, ...]) -> np.ndarray:
+    """Each row's chosen actions that its masks (rows, sum(branches)) did not allow: the action of
+    a discrete policy (rows,), or each branch's of a multi-discrete one (rows, branches)."""
+    columns = np.asarray(branch_starts(branches)) + actions.reshape(len(actions), -1)
+    return (~np.take_along_axis(masks, columns, axis=1)).sum(axis=1)
 
 
 def as_inputs(policy: PolicyNet, obs: Obs) -> Obs:
