@@ -11,6 +11,7 @@ import math
 import duckdb
 import numpy as np
 import pytest
+from scipy import stats
 
 from harness.inference.timing import LatencyWindow, Throughput
 from harness.judge.bench_stats import (
@@ -77,6 +78,21 @@ def test_order_statistic_ranks_are_the_narrowest_equal_tailed_95_percent_interva
         # One rank further in, on either side, and a tail would pass 2.5%.
         assert _coverage(n, q, lower + 1, n + 1) < 0.975 or lower + 1 > n
         assert _coverage(n, q, 0, upper - 1) < 0.975 or upper - 1 < 1
+
+
+@pytest.mark.parametrize("q", [0.5, 0.95, 0.99])
+def test_the_interval_is_scipys_quantile_test_interval(q: float) -> None:
+    """scipy's order-statistic interval of a quantile bounds the same ranks, and gives none where
+    one of its ends falls outside the samples."""
+    rng = np.random.default_rng(3)
+    for n in (*range(1, 60), 100, 367, 368, 500, 1000):
+        values = rng.permutation(np.arange(1.0, n + 1))  # each value its own rank
+        ci = stats.quantile_test(values, p=q).confidence_interval(0.95)
+        interval = quantile_interval(values, q)
+        if np.isnan(ci.low) or np.isnan(ci.high):
+            assert interval is None, n
+        else:
+            assert interval is not None and (interval.low, interval.high) == (ci.low, ci.high), n
 
 
 def test_the_fewest_samples_for_an_interval() -> None:
