@@ -1,5 +1,5 @@
 """The statistics of `harness bench`: percentiles as the SQL reads them, distribution-free
-intervals from order statistics, and the rules that make a bench row valid. Pure numpy: samples
+intervals from order statistics (scipy's), and the rules that make a bench row valid. Samples
 in, figures and reasons out; nothing here knows Ray, a card or a clock.
 
 A row's figure is the median of its kept windows' figures (or the p99 of one server trial), and
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+from scipy import stats
 
 CONFIDENCE = 0.95
 QUANTILE_METHOD: Final = "linear"  # numpy's default; DuckDB's quantile_cont and median
@@ -63,42 +64,35 @@ def window_p50s(windows_ms: Sequence[np.ndarray]) -> list[float]:
     return [quantiles(times, [0.5])[0] for times in windows_ms]
 
 
-def binomial_cdf(n: int, p: float) -> np.ndarray:
-    """P(B <= k) for k = 0..n, B ~ Binomial(n, p), 0 < p < 1."""
-    k = np.arange(1, n + 1, dtype=np.float64)
-    log_choose = np.concatenate([[0.0], np.cumsum(np.log(n - k + 1) - np.log(k))])
-    ks = np.arange(n + 1, dtype=np.float64)
-    pmf = np.exp(log_choose + ks * math.log(p) + (n - ks) * math.log1p(-p))
-    return np.minimum(np.cumsum(pmf), 1.0)
-
-
 def order_statistic_ranks(n: int, q: float, confidence: float = CONFIDENCE) -> tuple[int, int, float] | None:
     """The ranks (lower, upper) of the equal-tailed distribution-free interval of the q-quantile
     from n independent samples, and its exact coverage; None when n is too few for one.
 
     The population's q-quantile lies below x_(l) when fewer than l samples fall under it, which
     has probability P(B <= l - 1) for B ~ Binomial(n, q); l is the largest rank that keeps this
-    tail within (1 - confidence) / 2, u the smallest that keeps the other. For the median at 95%
-    that takes 6 samples ([x_(1), x_(6)], 96.9%); for p99, 368.
+    tail within (1 - confidence) / 2, u the smallest that keeps the other: the ranks whose values
+    `scipy.stats.quantile_test(...).confidence_interval()` returns. For the median at 95% that
+    takes 6 samples ([x_(1), x_(6)], 96.9%); for p99, 368.
     """
     if n < 1:
         return None
     alpha = (1.0 - confidence) / 2.0
-    cdf = binomial_cdf(n, q)
-    lower = int(np.searchsorted(cdf, alpha, side="right"))
-    upper = int(np.searchsorted(cdf, 1.0 - alpha, side="left")) + 1
+    law = stats.binom(n, q)
+    lower, upper = int(law.ppf(alpha)), int(law.isf(alpha)) + 1
     if lower < 1 or upper > n:
         return None
-    return lower, upper, float(cdf[upper - 1] - cdf[lower - 1])
+    return lower, upper, float(law.cdf(upper - 1) - law.cdf(lower - 1))
 
 
 def quantile_interval(values: np.ndarray, q: float, confidence: float = CONFIDENCE) -> Interval | None:
-    ordered = np.sort(np.asarray(values, dtype=np.float64))
-    ranks = order_statistic_ranks(len(ordered), q, confidence)
+    """scipy's interval of the q-quantile; None where one of its ends falls outside the values
+    (scipy leaves that end open), as a row without an interval is no result."""
+    ranks = order_statistic_ranks(len(values), q, confidence)
     if ranks is None:
         return None
+    ci = stats.quantile_test(np.asarray(values, dtype=np.float64), p=q).confidence_interval(confidence)
     lower, upper, coverage = ranks
-    return Interval(float(ordered[lower - 1]), float(ordered[upper - 1]), lower, upper, coverage)
+    return Interval(float(ci.low), float(ci.high), lower, upper, coverage)
 
 
 def median_interval(values: np.ndarray, confidence: float = CONFIDENCE) -> Interval | None:
