@@ -6,14 +6,15 @@ the header says so in its counts)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 
 from harness.judge.kinds import CheckKind
-from harness.report.page import Html, PageSection, code, document, fold_long, folded, join, table, tag, text, verdict_class
+from harness.report.page import Cell, Content, PageSection, as_text, Table, document, policy_cell, verdict_class
 from harness.report.run_diff import RunDiff
-from harness.report.run_page import first_mismatch, layer_text
+from harness.report.run_page import GridCell, GridRow, first_mismatch, grid_data, layer_text
 from harness.report.run_report import Report, build_report
 from harness.report.summary import Group, short_name, summarize
 
@@ -36,40 +37,39 @@ def write_diff_page(con: duckdb.DuckDBPyConnection, diff: RunDiff, results: Path
         ),
     ]
     shown = [s for s in sections if s is not None]
-    footer = join(["Made by ", code(f"harness report --compare {diff.run_a} {diff.run_b} --results {results}"), "."])
     title = f"harness compare {diff.run_a} -> {diff.run_b}: {'REGRESSED' if diff.regressed else 'no regression'}"
-    path.write_text(document(title, _header(diff, reports), shown, footer), encoding="utf-8")
+    footer = {"command": f"harness report --compare {diff.run_a} {diff.run_b} --results {results}"}
+    path.write_text(
+        document("diff_page.html.j2", title, shown, header=_header(diff, reports), footer=footer), encoding="utf-8"
+    )
     return path
 
 
-def _header(diff: RunDiff, reports: tuple[Report, Report]) -> Html:
+def _header(diff: RunDiff, reports: tuple[Report, Report]) -> dict[str, Any]:
     badge = "REGRESSED" if diff.regressed else "NO REGRESSION"
     counts = (
         f"{diff.newly_failed.num_rows} checks now fail, {diff.errors_grew.num_rows} errors grew, "
         f"{diff.throughput_dropped.num_rows} throughputs dropped; {diff.matched_checks} checks matched"
     )
-    runs = join(
-        tag("div", join([tag("b", f"{side}: "), f"run {r.run_id}, {r.verdict} ({r.counts()})"]), class_="sub")
-        for side, r in zip("AB", reports, strict=True)
-    )
-    lines = join([tag("h1", f"compare {diff.run_a} → {diff.run_b}"), tag("div", counts, class_="sub"), runs])
-    return join([tag("div", badge, class_=f"badge {badge.lower().replace(' ', '-')}", id="verdict"), tag("div", lines)])
+    return {
+        "badge": badge,
+        "class_": badge.lower().replace(" ", "-"),
+        "title": f"compare {diff.run_a} → {diff.run_b}",
+        "counts": counts,
+        "runs": [(side, f"run {r.run_id}, {r.verdict} ({r.counts()})") for side, r in zip("AB", reports, strict=True)],
+    }
 
 
 def _differences_section(diff: RunDiff) -> PageSection:
     differences = diff.differences
     if not differences:
-        return PageSection(
-            "differences",
-            "How the runs differ",
-            tag("p", "They were made alike: configuration, policies, versions and devices."),
-        )
-    rows = [[text(d.what), fold_long(d.a, 100), fold_long(d.b, 100)] for d in differences]
+        return PageSection("differences", "How the runs differ", "differences", {"table": None})
+    rows: list[list[Content]] = [[d.what, Cell(d.a, fold=100), Cell(d.b, fold=100)] for d in differences]
     lede = (
         f"{len(differences)} differences in how the runs were made. Checks are matched only where both runs have the "
         "same unit (its policy, dtype, workload and seed), output, kind and devices; the rest is compared by nothing."
     )
-    return PageSection("differences", "How the runs differ", table(["what", "A", "B"], rows), lede)
+    return PageSection("differences", "How the runs differ", "differences", {"table": Table(["what", "A", "B"], rows)}, lede)
 
 
 def _groups(checks: pa.Table) -> dict[tuple[str, str, str], Group]:
@@ -87,30 +87,26 @@ def _grid_section(diff: RunDiff) -> PageSection | None:
     kinds = [k for k in CheckKind if any(key[2] == k for key in keys)]
     rows = []
     for policy, dtype in dict.fromkeys((p, d) for p, d, _ in keys):
-        cells: list[Html] = [Html(f'<th title="{text(policy)}">{text(short_name(policy))}</th>'), tag("th", dtype)]
+        cells: list[GridCell | None] = []
         for kind in kinds:
             ga, gb = a.get((policy, dtype, kind)), b.get((policy, dtype, kind))
             if ga is None and gb is None:
-                cells.append(Html('<td class="none" title="in neither run">—</td>'))
+                cells.append(None)
                 continue
             va, vb = (g.verdict if g else "absent" for g in (ga, gb))
-            cells.append(
-                tag(
-                    "td",
-                    join([tag("b", vb), tag("span", f"A: {va}")]),
-                    class_=f"cell {verdict_class(vb) if gb else 'none'}",
-                    data_policy=policy,
-                    data_dtype=dtype,
-                    data_check=str(kind),
-                    data_verdict_a=va.split(" ")[0],
-                    data_verdict_b=vb.split(" ")[0],
-                )
-            )
-        rows.append(join(cells))
-    head = join([tag("th", "policy"), tag("th", "dtype"), *(tag("th", str(k)) for k in kinds)])
-    grid = tag("table", join([tag("thead", tag("tr", head)), tag("tbody", join(tag("tr", r) for r in rows))]), class_="grid")
+            attrs: dict[str, str | None] = {
+                "class": f"cell {verdict_class(vb) if gb else 'none'}",
+                "data-policy": policy,
+                "data-dtype": dtype,
+                "data-check": str(kind),
+                "data-verdict-a": va.split(" ")[0],
+                "data-verdict-b": vb.split(" ")[0],
+            }
+            cells.append(GridCell(vb, f"A: {va}", attrs))
+        rows.append(GridRow(policy, short_name(policy), dtype, cells))
     lede = "Each cell: B's verdict, A's under it; absent where a run has no such check (another dtype, policy or card count)."
-    return PageSection("verdicts", "Verdicts: A → B", grid, lede)
+    grid = grid_data(rows, [str(k) for k in kinds], "grid", "in neither run")
+    return PageSection("verdicts", "Verdicts: A → B", "grid", grid, lede)
 
 
 # Rows shown before the rest of a table is folded.
@@ -124,18 +120,12 @@ def _table_section(anchor: str, title: str, rows: pa.Table, detail_column: str =
         return None
     names = [n for n in rows.column_names if n != detail_column]
     columns = [*names, *(["first diverging layer", "first mismatch", ""] if detail_column else [])]
-    body = []
+    body: list[list[Content]] = []
     for r in rows.to_pylist():
-        cells = [
-            Html(f'<span title="{text(r[n])}">{text(short_name(r[n]))}</span>') if n == "policy" else text(r[n]) for n in names
-        ]
+        cells: list[Content] = [policy_cell(r[n], short_name(r[n])) if n == "policy" else as_text(r[n]) for n in names]
         if detail_column:
             detail = str(r[detail_column] or "")
-            cells += [
-                text(layer_text(detail)),
-                fold_long(first_mismatch(detail), 90),
-                folded("detail", tag("div", detail, class_="detail")),
-            ]
+            cells += [layer_text(detail), Cell(first_mismatch(detail), fold=90), Cell(detail, detail=True)]
         body.append(cells)
-    rest = folded(f"{len(body) - SHOWN_ROWS} more", table(columns, body[SHOWN_ROWS:])) if len(body) > SHOWN_ROWS else ""
-    return PageSection(anchor, title, join([table(columns, body[:SHOWN_ROWS]), rest]), f"{rows.num_rows} rows")
+    data = {"table": Table(columns, body, shown=SHOWN_ROWS)}
+    return PageSection(anchor, title, "changed", data, f"{rows.num_rows} rows")

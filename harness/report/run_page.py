@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,20 +26,7 @@ from harness.judge.kinds import CheckKind
 from harness.judge.localize import named_layer
 from harness.judge.results import measured_over_limit
 from harness.report import plots
-from harness.report.page import (
-    Html,
-    PageSection,
-    code,
-    document,
-    figure,
-    fold_long,
-    folded,
-    join,
-    table,
-    tag,
-    text,
-    verdict_class,
-)
+from harness.report.page import Cell, Content, PageSection, as_text, Table, document, plot, policy_cell, verdict_class
 from harness.report.run_report import HEAD_OUTPUTS, BENCH_SQL, Report, dtype_order
 from harness.report.summary import Group, batch_invariance_lines, short_name, summarize
 
@@ -90,57 +78,76 @@ def render(con: duckdb.DuckDBPyConnection, report: Report) -> str:
         *([bench] if not report.is_bench else []),
     ]
     shown = [s for s in sections if s is not None]
-    footer = join(
-        [
-            f"Made by harness report from {report.results} on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC. Every number here is "
-            "a row of the run's Parquet tables; re-judge them with ",
-            code(f"harness query \"SELECT * FROM checks WHERE run_id = '{report.run_id}'\" --results {report.results}"),
-            ".",
-        ]
+    return document(
+        "run_page.html.j2",
+        f"harness report {report.run_id}: {report.verdict}",
+        shown,
+        header=_header(report),
+        footer={
+            "made": f"Made by harness report from {report.results} on {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.",
+            "query": f"harness query \"SELECT * FROM checks WHERE run_id = '{report.run_id}'\" --results {report.results}",
+        },
     )
-    return document(f"harness report {report.run_id}: {report.verdict}", _header(report), shown, footer)
 
 
-def _header(report: Report) -> Html:
-    lines = [
-        tag("h1", join(["run ", report.run_id, " ", tag("small", f"status {report.status}")])),
-        tag("div", report.counts(), class_="sub"),
-    ]
+def _header(report: Report) -> dict[str, Any]:
     run = report.record.row
+    ran = None
     if run:
         policies = ", ".join(short_name(str(p.get("name"))) for p in report.record.policies)
-        lines.append(
-            tag(
-                "div",
-                f"{policies} on {run['n_cards']} {run['accelerator']} cards · started {run['started_at']} · "
-                f"finished {run['finished_at'] or 'never'} · {run['hostname']}",
-                class_="sub",
-            )
+        ran = (
+            f"{policies} on {run['n_cards']} {run['accelerator']} cards · started {run['started_at']} · "
+            f"finished {run['finished_at'] or 'never'} · {run['hostname']}"
         )
     failed = [
         r
         for r in report.checks.select(["device_a", "kind", "gating", "passed"]).to_pylist()
         if r["gating"] and not r["passed"]
     ]
+    failed_on = None
     if failed:
         counts = ", ".join(f"{device} ({n})" for device, n in sorted(Counter(r["device_a"] for r in failed).items()))
         # Where they are shown: the failures, or the bench's audit.
         where = "#bench" if all(r["kind"] == CheckKind.BENCH_AUDIT for r in failed) else "#failures"
-        lines.append(
-            tag("div", join(["failed on ", tag("a", counts, href=where), " (failed checks per device)"]), class_="sub")
-        )
+        failed_on = (counts, where)
     step = report.next_step()
-    if step and report.resumable:
-        lines.append(
-            tag("p", join([step.removesuffix(report.resume_command()), code(report.resume_command())]), class_="resume")
-        )
-    elif step:
-        lines.append(tag("p", step, class_="resume"))
-    badge = str(report.verdict).lower().replace(" ", "-")
-    return join([tag("div", str(report.verdict), class_=f"badge {badge}", id="verdict"), tag("div", join(lines))])
+    resume = report.resume_command() if step and report.resumable else None
+    return {
+        "verdict": str(report.verdict),
+        "badge": str(report.verdict).lower().replace(" ", "-"),
+        "run_id": report.run_id,
+        "status": report.status,
+        "counts": report.counts(),
+        "ran": ran,
+        "failed_on": failed_on,
+        "step": step.removesuffix(resume) if resume else step,
+        "resume": resume,
+    }
 
 
 # ---- the grid -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GridRow:
+    """A row of the grid: a policy and dtype, and per kind of check its cell (None: not run)."""
+
+    policy: str
+    label: str
+    dtype: str
+    cells: list[GridCell | None]
+
+
+@dataclass(frozen=True)
+class GridCell:
+    verdict: str  # in bold
+    note: str  # under it
+    attrs: dict[str, str | None]  # the cell's class, data-* attributes and title
+
+
+def grid_data(rows: list[GridRow], kinds: Sequence[str], class_: str, absent: str) -> dict[str, Any]:
+    """What parts.html.j2's `grid` lays out; `absent` is the title of a cell with no checks."""
+    return {"rows": rows, "kinds": kinds, "class_": class_, "absent": absent}
 
 
 def _grid_section(report: Report, judged: list[dict[str, Any]]) -> PageSection | None:
@@ -153,43 +160,36 @@ def _grid_section(report: Report, judged: list[dict[str, Any]]) -> PageSection |
         cells.setdefault((g.policy, g.dtype), {})[g.kind] = g
     rows = []
     for (policy, dtype), mine in cells.items():
-        row: list[Html] = [Html(f'<th title="{text(policy)}">{text(short_name(policy))}</th>'), tag("th", dtype)]
+        row: list[GridCell | None] = []
         for kind in kinds:
             group = mine.get(kind)
-            if group is None:
-                row.append(Html('<td class="none" title="not run for this policy and dtype">—</td>'))
-                continue
             row.append(
-                tag(
-                    "td",
-                    join(
-                        [
-                            tag("b", group.verdict + (" so far" if report.unfinished else "")),
-                            tag("span", f"{group.checks} · {group.worst_text}"),
-                        ]
-                    ),
-                    class_=f"cell {verdict_class(group.verdict)}",
-                    data_policy=policy,
-                    data_dtype=dtype,
-                    data_check=str(kind),
-                    data_verdict=group.verdict.split(" ")[0],
-                    title=group.first_failure or None,
+                None
+                if group is None
+                else GridCell(
+                    group.verdict + (" so far" if report.unfinished else ""),
+                    f"{group.checks} · {group.worst_text}",
+                    {
+                        "class": f"cell {verdict_class(group.verdict)}",
+                        "data-policy": policy,
+                        "data-dtype": dtype,
+                        "data-check": str(kind),
+                        "data-verdict": group.verdict.split(" ")[0],
+                        "title": group.first_failure or None,
+                    },
                 )
             )
-        rows.append(join(row))
-    head = join([tag("th", "policy"), tag("th", "dtype"), *(tag("th", str(k)) for k in kinds)])
-    grid = tag(
-        "table",
-        join([tag("thead", tag("tr", head)), tag("tbody", join(tag("tr", r) for r in rows))]),
-        class_="grid partial" if report.unfinished else "grid",
-    )
+        rows.append(GridRow(policy, short_name(policy), dtype, row))
     lede = (
         "PASS / FAIL: checks that gate the run; pass / finding: reported, never gating. Under each: the checks in the "
         "cell and the worst measured value over its limit (1 is the limit), or the largest ULP distance."
     )
     if report.unfinished:
         lede = f"The run has not finished: the cells hold its {report.units_done} finished units only. " + lede
-    return PageSection("verdicts", "Verdicts: policy x dtype x check", grid, lede)
+    grid = grid_data(
+        rows, [str(k) for k in kinds], "grid partial" if report.unfinished else "grid", "not run for this policy and dtype"
+    )
+    return PageSection("verdicts", "Verdicts: policy x dtype x check", "grid", grid, lede)
 
 
 # ---- what was run -------------------------------------------------------------------------------
@@ -207,53 +207,35 @@ def _value(value: Any) -> str:
     return str(value)
 
 
-def _kv(pairs: Iterable[tuple[str, Html | str]]) -> Html:
-    return tag("dl", join(join([tag("dt", k), tag("dd", v)]) for k, v in pairs), class_="kv")
-
-
 def _configuration_section(report: Report) -> PageSection | None:
     config = {k: v for k, v in report.record.config.items() if k not in NOT_CONFIG}
     if not config and not report.record.row:
         return None
     ordered = [k for k in CONFIG_ORDER if k in config] + sorted(k for k in config if k not in CONFIG_ORDER)
     unset = [k for k in ordered if config[k] is None]
-    left = _kv((k.replace("_", " "), _value(config[k])) for k in ordered if config[k] is not None)
-    if unset:
-        left = join(
-            [left, tag("p", f"left at their defaults: {', '.join(k.replace('_', ' ') for k in unset)}", class_="lede")]
-        )
     run = report.record.row
-    facts = [
-        (k, code(v) if k == "command" else text(v)) for k, v in report.facts() if k not in ("devices", "policies", "started")
-    ]
-    right = _kv(facts)
-    policies = [
+    policies: list[list[Content]] = [
         [
-            Html(f'<span title="{text(p.get("name"))}">{text(short_name(str(p.get("name"))))}</span>'),
-            text(p.get("source")),
-            code(str(p.get("sha256"))[:16]),
-            text(p.get("env_id") or "none"),
-            fold_long(str(p.get("detail") or ""), 90),
+            policy_cell(str(p.get("name")), short_name(str(p.get("name")))),
+            str(p.get("source")),
+            Cell(str(p.get("sha256"))[:16], code=True),
+            str(p.get("env_id") or "none"),
+            Cell(str(p.get("detail") or ""), fold=90),
         ]
         for p in report.record.policies
     ]
-    body = [
-        tag(
-            "div",
-            join([tag("div", join([tag("h3", "As configured"), left])), tag("div", join([tag("h3", "Run"), right]))]),
-            class_="cols",
-        )
-    ]
-    if policies:
-        body += [tag("h3", "Policies"), table(["policy", "source", "sha256", "environment", "what it is"], policies)]
-    if run and run.get("config_json"):
-        body.append(
-            folded(
-                "the whole configuration as stored (runs.config_json)",
-                tag("div", json.dumps(report.record.config, indent=1), class_="detail"),
-            )
-        )
-    return PageSection("configuration", "Configuration", join(body))
+    data = {
+        "configured": [(k.replace("_", " "), _value(config[k])) for k in ordered if config[k] is not None],
+        "unset": ", ".join(k.replace("_", " ") for k in unset),
+        "facts": [
+            (k, Cell(v, code=True) if k == "command" else v)
+            for k, v in report.facts()
+            if k not in ("devices", "policies", "started")
+        ],
+        "policies": Table(["policy", "source", "sha256", "environment", "what it is"], policies) if policies else None,
+        "stored": json.dumps(report.record.config, indent=1) if run and run.get("config_json") else None,
+    }
+    return PageSection("configuration", "Configuration", "configuration", data)
 
 
 def _devices_section(report: Report) -> PageSection | None:
@@ -261,49 +243,43 @@ def _devices_section(report: Report) -> PageSection | None:
     if not devices:
         return None
     labels = [str(d.get("label")) + (f" (replaces {d['replaces']})" if d.get("replaces") else "") for d in devices]
-    rows: list[Html] = []
 
-    def row(name: str, values: Sequence[Html | str]) -> None:
-        if any(str(v) for v in values):  # a setting no device has says nothing
-            rows.append(tag("tr", join([tag("th", name), *(tag("td", v) for v in values)])))
+    general: list[tuple[str, list[Content]]] = []
+    precision: list[tuple[str, list[Content]]] = []
 
-    row("model", [text(d.get("model")) for d in devices])
-    row("node", [text(d.get("node")) for d in devices])
-    row("simulated", [_value(bool(d.get("simulated"))) for d in devices])
+    def row(into: list[tuple[str, list[Content]]], name: str, values: list[Content]) -> None:
+        if any(v != "" for v in values):  # a setting no device has says nothing
+            into.append((name, values))
+
+    row(general, "model", [as_text(d.get("model")) for d in devices])
+    row(general, "node", [as_text(d.get("node")) for d in devices])
+    row(general, "simulated", [_value(bool(d.get("simulated"))) for d in devices])
     runtime_keys = list(dict.fromkeys(k for d in devices for k in (d.get("runtime") or {})))
     for key in runtime_keys:
-        row(key, [text((d.get("runtime") or {}).get(key, "")) for d in devices])
+        row(general, key, [as_text((d.get("runtime") or {}).get(key, "")) for d in devices])
     if "threads" not in runtime_keys:
-        row("threads", [text(d.get("threads", "")) for d in devices])
-    row(
-        "faults injected",
-        [tag("span", ", ".join(d["faults"]), class_="mismatch") if d.get("faults") else "none" for d in devices],
-    )
-    heading = "precision: the mode asked for, then each setting as set and as read back"
-    rows.append(tag("tr", tag("th", heading, colspan=len(devices) + 1)))
-    row("precision mode", [text((d.get("settings") or {}).get("precision", "")) for d in devices])
+        row(general, "threads", [as_text(d.get("threads", "")) for d in devices])
+    faults: list[Content] = [Cell(", ".join(d["faults"]), class_="mismatch") if d.get("faults") else "none" for d in devices]
+    row(general, "faults injected", faults)
+    row(precision, "precision mode", [as_text((d.get("settings") or {}).get("precision", "")) for d in devices])
     setting_keys = list(dict.fromkeys(k for d in devices for k in (d.get("settings") or {}) if k not in ("precision", "set")))
     for key in setting_keys:
-        row(key, [_setting(d.get("settings") or {}, key) for d in devices])
-    head = tag("thead", tag("tr", join([tag("th", "device"), *(tag("th", label) for label in labels)])))
-    body = tag("div", tag("table", join([head, tag("tbody", join(rows))])), class_="wide")
+        row(precision, key, [_setting(d.get("settings") or {}, key) for d in devices])
     lede = (
         "As each device's process described itself (runs.devices). 'set → read' where the harness set a setting: a "
         "read-back that differs from what was set is red."
     )
-    return PageSection("devices", "Devices and precision", body, lede)
+    data = {"labels": labels, "general": general, "precision": precision}
+    return PageSection("devices", "Devices and precision", "devices", data, lede)
 
 
-def _setting(settings: dict[str, Any], key: str) -> Html:
+def _setting(settings: dict[str, Any], key: str) -> Content:
     read = settings.get(key)
     done = settings.get("set") or {}
     if key in done:
         same = str(done[key]) == str(read)
-        cls = None if same else "mismatch"
-        return tag("span", f"set {done[key]} → read {read}", class_=cls)
-    if read is None:
-        return text("")
-    return text(read)
+        return Cell(f"set {done[key]} → read {read}", class_=None if same else "mismatch")
+    return as_text(read)
 
 
 # ---- failures and findings -----------------------------------------------------------------------
@@ -340,17 +316,17 @@ def _over_limit_text(row: dict[str, Any]) -> str:
     return f"{row['max_ulp']} ulp" if row.get("max_ulp") else ""
 
 
-def _cause_rows(rows: list[dict[str, Any]]) -> list[list[Html | str]]:
+def _cause_rows(rows: list[dict[str, Any]]) -> list[list[Content]]:
     return [
         [
-            Html(f'<span title="{text(r["policy"])}">{text(short_name(r["policy"]))}</span>'),
-            text(r["dtype"]),
-            text(f"{r['workload']}/{r['output']}"),
-            text(r["device_b"] or "-"),
-            text(layer_text(r["detail"])),
-            fold_long(first_mismatch(r["detail"]), 90),
-            text(_over_limit_text(r)),
-            folded("detail", tag("div", r["detail"], class_="detail")),
+            policy_cell(r["policy"], short_name(r["policy"])),
+            r["dtype"],
+            f"{r['workload']}/{r['output']}",
+            r["device_b"] or "-",
+            layer_text(r["detail"]),
+            Cell(first_mismatch(r["detail"]), fold=90),
+            _over_limit_text(r),
+            Cell(r["detail"], detail=True),
         ]
         for r in rows
     ]
@@ -359,34 +335,46 @@ def _cause_rows(rows: list[dict[str, Any]]) -> list[list[Html | str]]:
 CAUSE_COLUMNS = ["policy", "dtype", "input/output", "against", "first diverging layer", "first mismatch", "worst/limit", ""]
 
 
-def _causes(rows: list[dict[str, Any]], faults: dict[str, list[str]], finding: bool) -> Html:
+@dataclass(frozen=True)
+class Cause:
+    """Rows of one device and kind of check, under a line that says where they are."""
+
+    device: str
+    kind: str
+    said: str  # "3 failed in cartpole float32, ..."
+    faults: str  # the faults injected on the device, or ""
+    layers: str  # the first diverging layers, or ""
+    rows: Table
+    finding: bool
+
+
+def _causes(rows: list[dict[str, Any]], faults: dict[str, list[str]], finding: bool) -> list[Cause]:
     """Rows grouped by cause: the device that failed and the kind of check."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["device_a"], r["kind"]), []).append(r)
-    parts = []
+    causes = []
     for (device, kind), mine in sorted(groups.items(), key=lambda kv: (kv[0][0], rank(tuple(CheckKind), kv[0][1]))):
         where = sorted({f"{short_name(r['policy'])} {r['dtype']}" for r in mine})
         layers = sorted({layer_text(r["detail"]).split(" (")[0] for r in mine} - {""})
-        heading = [tag("b", f"{device} · {kind}"), f" — {len(mine)} {'found' if finding else 'failed'} in {', '.join(where)}"]
-        if faults.get(device):
-            heading.append(
-                join([" · ", tag("span", f"fault injected on this card: {', '.join(faults[device])}", class_="mismatch")])
-            )
-        if layers:
-            heading.append(f" · first diverging layer: {', '.join(layers)}")
         body = _cause_rows(mine)
         columns = list(CAUSE_COLUMNS)
         if not layers:  # no layer search for this kind of check
             at = columns.index("first diverging layer")
             columns.pop(at)
             body = [row[:at] + row[at + 1 :] for row in body]
-        shown = table(columns, body[:SHOWN_ROWS])
-        rest = folded(f"{len(body) - SHOWN_ROWS} more", table(columns, body[SHOWN_ROWS:])) if len(body) > SHOWN_ROWS else ""
-        parts.append(
-            tag("div", join([tag("div", join(heading)), shown, rest]), class_="cause finding" if finding else "cause")
+        causes.append(
+            Cause(
+                device,
+                str(kind),
+                f"{len(mine)} {'found' if finding else 'failed'} in {', '.join(where)}",
+                ", ".join(faults.get(device, [])),
+                ", ".join(layers),
+                Table(columns, body, shown=SHOWN_ROWS),
+                finding,
+            )
         )
-    return join(parts)
+    return causes
 
 
 def rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
@@ -411,7 +399,8 @@ def _failures_section(report: Report, judged: list[dict[str, Any]]) -> PageSecti
         f"{len(failed)} gating checks failed, grouped by the device that failed and the kind of check. The first "
         "diverging layer comes from a search that captures every layer on both sides for the same input."
     )
-    return PageSection("failures", "Failed checks, by cause", _causes(failed, report.record.device_faults(), False), lede)
+    causes = _causes(failed, report.record.device_faults(), False)
+    return PageSection("failures", "Failed checks, by cause", "failures", {"causes": causes}, lede)
 
 
 def _findings_section(report: Report, judged: list[dict[str, Any]]) -> PageSection | None:
@@ -420,16 +409,12 @@ def _findings_section(report: Report, judged: list[dict[str, Any]]) -> PageSecti
     notes = _run_notes(report)
     if not found and not properties and not notes:
         return None
-    body = []
-    if properties or notes:
-        body.append(tag("ul", join(tag("li", line) for line in [*properties, *notes]), class_="lines"))
-    if found:
-        body.append(_causes(found, report.record.device_faults(), True))
     lede = (
         "What the run found that does not gate it: the fixed tolerance table off bounded outputs, properties of the "
         "cards, and what the run noted."
     )
-    return PageSection("findings", "Findings and notes (not gating)", join(body), lede)
+    data = {"lines": [*properties, *notes], "causes": _causes(found, report.record.device_faults(), True)}
+    return PageSection("findings", "Findings and notes (not gating)", "findings", data, lede)
 
 
 def _run_notes(report: Report) -> list[str]:
@@ -462,26 +447,23 @@ def _port_rule_section(judged: list[dict[str, Any]], colours: plots.CardColours)
         o for o in dict.fromkeys(p.output for p in points) if all(p.over_limit == 0 for p in points if p.output == o)
     ]
     drawn = [p for p in points if p.output not in exact_outputs]
-    body = []
+    ratios = None
     if drawn:
         note = f" {', '.join(exact_outputs)}: every card exact against the golden, not drawn." if exact_outputs else ""
-        body.append(
-            figure(
-                plots.port_rule(drawn, colours, failing),
-                "Each point is one check: a card's error against the float64 golden over the CPU's own error in that "
-                "dtype, divided by its limit (the larger of error_ratio and max_ratio over ratio_limit); above the dashed "
-                "line it fails. Each card has its own column"
-                + (
-                    f"; {', '.join(sorted(failing))} failed and stand{'s' if len(failing) == 1 else ''} apart on the "
-                    "right, its failing checks marked X."
-                    if failing
-                    else "; no card failed."
-                )
-                + note,
-                "port rule per output and card",
+        ratios = plot(
+            plots.port_rule(drawn, colours, failing),
+            "Each point is one check: a card's error against the float64 golden over the CPU's own error in that "
+            "dtype, divided by its limit (the larger of error_ratio and max_ratio over ratio_limit); above the dashed "
+            "line it fails. Each card has its own column"
+            + (
+                f"; {', '.join(sorted(failing))} failed and stand{'s' if len(failing) == 1 else ''} apart on the "
+                "right, its failing checks marked X."
+                if failing
+                else "; no card failed."
             )
+            + note,
+            "port rule per output and card",
         )
-    body.append(_per_card_table(rows))
     ulps: dict[str, list[int]] = {}
     for r in judged:
         if r["kind"] == CheckKind.CROSS_CARD and r["max_ulp"] is not None and not r["workload"].startswith(EPISODE_WORKLOAD):
@@ -495,21 +477,21 @@ def _port_rule_section(judged: list[dict[str, Any]], colours: plots.CardColours)
         for what, by_card in (("cross_card max_ulp", ulps), ("cpu_reference max_abs", errors))
         if by_card and not plots.has_inexact(by_card)
     ]
+    histograms = None
     if plots.has_inexact(ulps) or plots.has_inexact(errors):
-        body.append(
-            figure(
-                plots.worst_element_histograms(ulps, errors, colours),
-                "Histograms of each check's worst element, from the rows' own columns (cross_card max_ulp; cpu_reference "
-                "max_abs against the golden): the rows keep no per-element errors, so these count checks, not elements."
-                + "".join(f" {line}, not drawn." for line in exact),
-                "ULP and absolute error histograms",
-            )
+        histograms = plot(
+            plots.worst_element_histograms(ulps, errors, colours),
+            "Histograms of each check's worst element, from the rows' own columns (cross_card max_ulp; cpu_reference "
+            "max_abs against the golden): the rows keep no per-element errors, so these count checks, not elements."
+            + "".join(f" {line}, not drawn." for line in exact),
+            "ULP and absolute error histograms",
         )
     lede = "Is the port right? A card must be no worse against the float64 golden than the CPU is in the card's dtype."
-    return PageSection("port-rule", "The port rule, per output and card", join(body), lede)
+    data = {"ratios": ratios, "per_card": _per_card_table(rows), "histograms": histograms}
+    return PageSection("port-rule", "The port rule, per output and card", "port_rule", data, lede)
 
 
-def _per_card_table(rows: list[dict[str, Any]]) -> Html:
+def _per_card_table(rows: list[dict[str, Any]]) -> Table | None:
     cards = list(dict.fromkeys(r["device_a"] for r in rows))
     worst: dict[tuple[str, str, str], dict[str, tuple[float, bool]]] = {}
     for r in rows:
@@ -524,22 +506,15 @@ def _per_card_table(rows: list[dict[str, Any]]) -> Html:
             cell[r["device_a"]] = (old[0], False)
     body = []
     for (policy, dtype, output), by_card in sorted(worst.items(), key=lambda kv: (kv[0][0], dtype_rank(kv[0][1]), kv[0][2])):
-        cells: list[Html | str] = [text(short_name(policy)), text(dtype), text(output)]
+        cells: list[Content] = [short_name(policy), dtype, output]
         for card in cards:
             if card not in by_card:
                 cells.append("")
                 continue
             score, passed = by_card[card]
-            cells.append(tag("span", "exact" if score == 0 else f"{score:.3g}", class_="v-pass" if passed else "v-fail"))
+            cells.append(Cell("exact" if score == 0 else f"{score:.3g}", class_="v-pass" if passed else "v-fail"))
         body.append(cells)
-    if not body:
-        return Html("")
-    return join(
-        [
-            tag("h3", "The policy's head: the worst error over its limit, per card"),
-            table(["policy", "dtype", "output", *cards], body),
-        ]
-    )
+    return Table(["policy", "dtype", "output", *cards], body) if body else None
 
 
 # ---- episodes ---------------------------------------------------------------------------------------
@@ -559,9 +534,7 @@ def _episodes_section(
     verdicts = [r for r in judged if r["kind"] in EPISODE_KINDS or r["workload"].startswith(EPISODE_WORKLOAD)]
     if not episodes and not verdicts:
         return None
-    body = []
-    if verdicts:
-        body.append(_closed_loop_tables(verdicts))
+    data: dict[str, Any] = {"returns": None, "returns_table": None, **_closed_loop_tables(verdicts)}
     if episodes:
         devices = ["cpu", *[d for d in colours.order if any(e["device"] == d for e in episodes)]]
         devices += [d for d in dict.fromkeys(e["device"] for e in episodes) if d not in devices]
@@ -576,65 +549,61 @@ def _episodes_section(
             )
             for e in episodes
         ]
-        body.append(
-            figure(
-                plots.episode_returns(points, devices, colours),
-                "Each point is one episode (one seed) on one device, each mode in its own column; hollow where its "
-                "trajectory parted from the CPU reference's. The bar is the mean of the device's episodes in that mode.",
-                "episode returns per device and seed",
-            )
+        data["returns"] = plot(
+            plots.episode_returns(points, devices, colours),
+            "Each point is one episode (one seed) on one device, each mode in its own column; hollow where its "
+            "trajectory parted from the CPU reference's. The bar is the mean of the device's episodes in that mode.",
+            "episode returns per device and seed",
         )
-        body += [
-            tag("h3", "Returns per device and seed (parted: the step where the trajectory left the CPU's)"),
-            _returns_table(episodes, devices),
-        ]
+        data["returns_table"] = _returns_table(episodes, devices)
     n = len({(e["policy"], e["dtype"], e["mode"], e["episode_seed"]) for e in episodes})
     lede = f"{n} seeded episodes per device played closed loop, each device against the CPU reference." if episodes else ""
-    return PageSection("episodes", "Episodes", join(body), lede)
+    return PageSection("episodes", "Episodes", "episodes", data, lede)
 
 
-def _closed_loop_tables(rows: list[dict[str, Any]]) -> Html:
+def _closed_loop_tables(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The closed-loop checks, one table per kind of check, each with every column its rows fill
     (so a column added to `checks` shows here too). The bit-for-bit checks of trajectories and
     returns against card 0 are counted, their rows folded."""
-    parts = []
     bitwise = [r for r in rows if r["kind"] == CheckKind.CROSS_CARD]
-    for kind in dict.fromkeys(r["kind"] for r in rows if r["kind"] != CheckKind.CROSS_CARD):
-        parts += [tag("h3", EPISODE_HEADINGS.get(kind, kind)), _check_table([r for r in rows if r["kind"] == kind])]
+    kinds = [
+        (EPISODE_HEADINGS.get(kind, kind), _check_table([r for r in rows if r["kind"] == kind]))
+        for kind in dict.fromkeys(r["kind"] for r in rows if r["kind"] != CheckKind.CROSS_CARD)
+    ]
+    bit_for_bit = None
     if bitwise:
         parted = [r for r in bitwise if not r["passed"]]
         summary = f"{kind_word(bitwise)} bit for bit against card 0: {len(bitwise) - len(parted)} of {len(bitwise)} equal" + (
             f"; {len(parted)} differ ({', '.join(sorted({r['device_a'] for r in parted}))})" if parted else ""
         )
-        parts.append(folded(summary, _check_table(bitwise)))
-    return join(parts)
+        bit_for_bit = (summary, _check_table(bitwise))
+    return {"kinds": kinds, "bit_for_bit": bit_for_bit}
 
 
 def kind_word(rows: list[dict[str, Any]]) -> str:
     return " and ".join(sorted({"trajectories" if r["output"] == "actions" else "returns" for r in rows}))
 
 
-def _check_table(rows: list[dict[str, Any]]) -> Html:
+def _check_table(rows: list[dict[str, Any]]) -> Table:
     measured = [c for c in rows[0] if c not in IDENTITY and any(r.get(c) is not None for r in rows)]
     ordered = sorted(rows, key=lambda r: (r["policy"], dtype_rank(r["dtype"]), r["workload"], r["output"], r["device_a"]))
     columns = ["policy", "dtype", "episodes", "output", "devices", "verdict", *measured, "detail"]
-    body = []
+    body: list[list[Content]] = []
     for r in ordered:
         verdict = ("PASS" if r["passed"] else "FAIL") if r["gating"] else ("pass" if r["passed"] else "finding")
         body.append(
             [
-                text(short_name(r["policy"])),
-                text(r["dtype"]),
-                text(r["workload"].removeprefix(EPISODE_WORKLOAD)),
-                text(r["output"]),
-                text(r["device_a"] + (f" vs {r['device_b']}" if r["device_b"] else "")),
-                tag("span", verdict, class_=f"v-{verdict_class(verdict)}"),
-                *(text(_number(r.get(c))) for c in measured),
-                fold_long(r["detail"] or "", 60),
+                short_name(r["policy"]),
+                r["dtype"],
+                r["workload"].removeprefix(EPISODE_WORKLOAD),
+                r["output"],
+                r["device_a"] + (f" vs {r['device_b']}" if r["device_b"] else ""),
+                Cell(verdict, class_=f"v-{verdict_class(verdict)}"),
+                *(_number(r.get(c)) for c in measured),
+                Cell(r["detail"] or "", fold=60),
             ]
         )
-    rest = folded(f"{len(body) - 40} more", table(columns, body[40:], "nowrap")) if len(body) > 40 else ""
-    return join([table(columns, body[:40], "nowrap"), rest])
+    return Table(columns, body, "nowrap", shown=40)
 
 
 def _number(value: Any) -> str:
@@ -645,32 +614,24 @@ def _number(value: Any) -> str:
     return str(value)
 
 
-def _returns_table(episodes: list[dict[str, Any]], devices: list[str]) -> Html:
+def _returns_table(episodes: list[dict[str, Any]], devices: list[str]) -> Table:
     by_key: dict[tuple[str, str, str, int], dict[str, dict[str, Any]]] = {}
     for e in episodes:
         by_key.setdefault((e["policy"], e["dtype"], e["mode"], e["episode_seed"]), {})[e["device"]] = e
     body = []
     for (policy, dtype, mode, seed), on in by_key.items():
-        cells: list[Html | str] = [text(short_name(policy)), text(dtype), text(mode), text(seed)]
+        cells: list[Content] = [short_name(policy), dtype, mode, str(seed)]
         for d in devices:
             episode = on.get(d)
             if episode is None:
                 cells.append("")
             elif episode["first_divergent_step"] is None:
-                cells.append(text(f"{episode['episode_return']:.6g}"))
+                cells.append(f"{episode['episode_return']:.6g}")
             else:
-                cells.append(
-                    join(
-                        [
-                            text(f"{e['episode_return']:.6g} "),
-                            tag("span", f"parted at {e['first_divergent_step']}", class_="parted"),
-                        ]
-                    )
-                )
+                parted = Cell(f"parted at {episode['first_divergent_step']}", class_="parted")
+                cells.append([f"{episode['episode_return']:.6g} ", parted])
         body.append(cells)
-    columns = ["policy", "dtype", "mode", "seed", *devices]
-    rest = folded(f"{len(body) - 24} more seeds", table(columns, body[24:], "nowrap")) if len(body) > 24 else ""
-    return join([table(columns, body[:24], "nowrap"), rest])
+    return Table(["policy", "dtype", "mode", "seed", *devices], body, "nowrap", shown=24, more="more seeds")
 
 
 # ---- bench ---------------------------------------------------------------------------------------------
@@ -684,7 +645,7 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
     throughput = [r for r in rows if r["mode"] == "throughput" and r["decisions_per_s"]]
     if throughput:
         figures.append(
-            figure(
+            plot(
                 plots.bench_plot(
                     [
                         _point(
@@ -704,7 +665,7 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
     scaling = [r for r in throughput if r["scaling_efficiency"] is not None]
     if scaling:
         figures.append(
-            figure(
+            plot(
                 plots.bench_plot(
                     [
                         _point(
@@ -730,7 +691,7 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
     latency = [r for r in rows if r["mode"] == "latency" and r["p50_ms"] is not None]
     if latency:
         figures.append(
-            figure(
+            plot(
                 plots.bench_plot(
                     [
                         _point(r, "batch_size", "p50_ms", "ci_low", "ci_high", ("policy", "dtype", "device", "timing"))
@@ -749,7 +710,7 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
     loop = [r for r in rows if r["mode"] == "closed_loop" and r["decisions_per_s"]]
     if loop:
         figures.append(
-            figure(
+            plot(
                 plots.bench_plot(
                     [
                         _point(r, "batch_size", "decisions_per_s", "ci_low", "ci_high", ("policy", "dtype", "device"))
@@ -768,43 +729,38 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
     formatted = con.sql(BENCH_SQL, params={"run_id": report.run_id}).to_arrow_table().to_pylist()
     valid_rows = [r for r in formatted if r["valid"] == "yes"]
     invalid_rows = [r for r in formatted if r["valid"] != "yes"]
-    body = [tag("div", join(figures), class_="figures")] if figures else []
+    data: dict[str, Any] = {"figures": figures, "valid": None, "invalid": None, "audit": None, "causes": []}
     if valid_rows:
         names = _filled(valid_rows)
-        body += [
-            tag("h3", f"Valid rows ({len(valid_rows)})"),
-            table(names, [[text(r[n]) for n in names] for r in valid_rows], "nowrap"),
-        ]
+        data["valid"] = Table(names, [[as_text(r[n]) for n in names] for r in valid_rows], "nowrap")
     if invalid_rows:
         names = _filled(invalid_rows)
         at = names.index("timing") + 1 if "timing" in names else len(names)  # why, before the figures it voids
         names = [*names[:at], WHY, *names[at:]]
-        cells = [[_why(r) if n == WHY else text(r[n]) for n in names] for r in invalid_rows]
-        body += [
-            tag("h3", f"Invalid rows ({len(invalid_rows)}): figures that are not results"),
-            table(names, cells, "nowrap invalid"),
-        ]
+        cells = [[_why(r) if n == WHY else as_text(r[n]) for n in names] for r in invalid_rows]
+        data["invalid"] = Table(names, cells, "nowrap invalid")
     audit = [c for c in checks if c["kind"] == CheckKind.BENCH_AUDIT]
     failed = [c for c in audit if not c["passed"]]
     if audit:
-        line = (
-            f"audit: {len(audit)} outputs sampled from the timed path equal the sweep's run_batch bit for bit"
+        data["audit"] = (
+            (
+                f"audit: {len(audit)} outputs sampled from the timed path equal the sweep's run_batch bit for bit",
+                "v-pass-gating",
+            )
             if not failed
-            else f"FAIL audit: {len(failed)} of {len(audit)} sampled outputs differ from the sweep's run_batch"
+            else (f"FAIL audit: {len(failed)} of {len(audit)} sampled outputs differ from the sweep's run_batch", "v-fail")
         )
-        body.append(tag("p", line, class_="v-pass-gating" if not failed else "v-fail"))
-        if failed:
-            body.append(_causes(failed, report.record.device_faults(), False))
+        data["causes"] = _causes(failed, report.record.device_faults(), False)
     lede = f"{report.n_valid} of {len(rows)} rows valid. An invalid row's figure is shown hollow and apart, never as a result."
-    return PageSection("bench", "Benchmarks", join(body), lede)
+    return PageSection("bench", "Benchmarks", "bench", data, lede)
 
 
 WHY = "why it is not a result"
 
 
-def _why(row: dict[str, Any]) -> Html:
+def _why(row: dict[str, Any]) -> Cell:
     reason = str(row["valid"]).removeprefix("NO:").strip() or "not said (rows of an older harness)"
-    return tag("div", fold_long(reason, 70), class_="why")
+    return Cell(reason, class_="why", fold=70, block=True)
 
 
 def _filled(rows: list[dict[str, Any]]) -> list[str]:
