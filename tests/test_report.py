@@ -258,10 +258,10 @@ def test_unknown_run_id_lists_the_latest(results: Path) -> None:
     assert_usage_error(proc, "unknown run id 'no-such-run'", FAULTY, CLEAN)
 
 
-def check_row(passed: bool, max_abs: float, gating: bool = True) -> CheckRow:
+def check_row(passed: bool, max_abs: float, gating: bool = True, policy: str = "cartpole", detail: str = "") -> CheckRow:
     return CheckRow(
         unit_id="u1",
-        policy="cartpole",
+        policy=policy,
         dtype="bfloat16",
         workload="normal-b8-s0",
         output="logits",
@@ -284,7 +284,7 @@ def check_row(passed: bool, max_abs: float, gating: bool = True) -> CheckRow:
             atol=0.05,
             rtol=0.02,
             min_cos=0.999,
-            detail="" if passed else "max_abs 3 > 0.05 + 0.02 * 2.1",
+            detail="" if passed else detail or "max_abs 3 > 0.05 + 0.02 * 2.1",
         ),
     )
 
@@ -298,6 +298,37 @@ def test_compare_on_rows_altered_by_hand(tmp_path: Path) -> None:
     regressed = cli("report", "--compare", "a", "c", "--results", str(tmp_path))
     assert regressed.returncode == 1 and "max_abs 3 > 0.05" in regressed.stdout and "300x" in regressed.stdout
     assert cli("report", "--compare", "c", "a", "--results", str(tmp_path)).returncode == 0  # a fix is no regression
+
+
+class Shown(HTMLParser):
+    """A page's elements and its text as a reader sees it (entities decoded)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.text = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+
+    def handle_data(self, data: str) -> None:
+        self.text += data
+
+
+def test_a_policy_or_detail_holding_markup_is_shown_as_text(tmp_path: Path) -> None:
+    """Fault injection for escaping: a policy named with `<script>` and `&`, and a failed row's
+    detail holding a whole script, reach both pages as text, with no element of their own."""
+    policy, detail = "<script>x & y", '<script>alert("detail")</script> & <b>bold</b>'
+    write_rows(tmp_path, "checks", "a", [check_row(True, 0.01, policy=policy)])
+    write_rows(tmp_path, "checks", "b", [check_row(False, 3.0, policy=policy, detail=detail)])
+    pages = tmp_path / "pages"
+    assert cli("report", "b", "--results", str(tmp_path), "--out", str(pages)).returncode == 1
+    assert cli("report", "--compare", "a", "b", "--results", str(tmp_path), "--out", str(pages)).returncode == 1
+    for page in (pages / "report-b.html", pages / "compare-a-b.html"):
+        shown = Shown()
+        shown.feed(page.read_text(encoding="utf-8"))
+        assert "script" not in shown.tags and "<b>bold" not in page.read_text(), page.name
+        assert policy in shown.text and detail in shown.text, page.name
 
 
 def test_report_bad_input_is_exit_2(tmp_path: Path) -> None:
