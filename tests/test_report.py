@@ -7,6 +7,7 @@ How the page looks in a browser is tests/test_report_browser.py.
 from __future__ import annotations
 
 import shutil
+import tomllib
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from tests.conftest import BENCH_RUN, INTERRUPTED_RUN, Head
 from tests.conftest import CLEAN_RUN as CLEAN
 from tests.conftest import FAULTS_RUN as FAULTY
 from tests.conftest import SLOWER_RUN as SLOWER
-from tests.helpers import assert_usage_error, cli, read_table, staged_checks
+from tests.helpers import REPO, assert_usage_error, cli, read_table, staged_checks
 
 
 @pytest.fixture(scope="module")
@@ -329,6 +330,15 @@ def test_a_policy_or_detail_holding_markup_is_shown_as_text(tmp_path: Path) -> N
         shown.feed(page.read_text(encoding="utf-8"))
         assert "script" not in shown.tags and "<b>bold" not in page.read_text(), page.name
         assert policy in shown.text and detail in shown.text, page.name
+
+
+def test_an_installed_harness_has_every_template() -> None:
+    """The pages are rendered from files beside the code: each is package data in pyproject.toml."""
+    config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    globs = config["tool"]["setuptools"]["package-data"]["harness"]
+    package = REPO / "harness"
+    templates = [p.relative_to(package) for p in (package / "report" / "templates").iterdir()]
+    assert templates and all(any(t.match(g) for g in globs) for t in templates), (templates, globs)
 
 
 def test_report_bad_input_is_exit_2(tmp_path: Path) -> None:
