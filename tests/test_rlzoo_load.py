@@ -1,4 +1,4 @@
-"""The RL Zoo's published agents (../shared/cases/rlzoo: 45 classic-control and Box2D agents of ten
+"""The RL Zoo's published agents (../shared/cases/rlzoo: 45 classic-control and Box2D agents of nine
 algorithms, saved by Stable-Baselines3 1.x and sb3-contrib 1.x, 20 behind VecNormalize), each
 loaded as `--policy PATH` loads it, with nothing beside it but what the RL Zoo publishes: it
 rebuilds, acts as SB3's or sb3-contrib's own `predict` acts on the same observations, and exports
@@ -6,8 +6,8 @@ to ONNX that onnxruntime runs as the harness's float32 forward. A published agen
 must keep loading: this is that guard, one test per agent, so a failure names the agent.
 
 SB3 2.x loads these 1.x saves once `gym` (whose spaces their `data` and vecnormalize.pkl pickle)
-is gymnasium, and once the training schedules, functions pickled by Python 3.7, are replaced by
-`custom_objects`; sb3-contrib's ARS.load renames its < 1.7 layout itself. No Ray here.
+is gymnasium, with training's schedules replaced by `custom_objects`; sb3-contrib's ARS.load
+renames its < 1.7 layout itself. The harness reads them with neither. No Ray here.
 """
 
 from __future__ import annotations
@@ -37,6 +37,9 @@ from tests.third_party import CASES
 RLZOO = CASES / "rlzoo"
 # The RL Zoo's layout: <algo>/<Env>_1/<Env>.zip, its run files in <algo>/<Env>_1/<Env>/.
 AGENTS = sorted(str(p.relative_to(RLZOO).parent) for p in RLZOO.glob("*/*_1/*.zip"))
+# Without them, one skipped test per check that says why, not pytest's "empty parameter set"
+# (test_the_corpus_holds_every_published_agent fails where CI requires them).
+EACH_AGENT = AGENTS or [pytest.param("", marks=pytest.mark.skip(reason=f"no RL Zoo agents in {RLZOO}; CI has them"))]
 PUBLISHED = 45  # ../shared/cases/README.md
 ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
     "a2c": A2C,
@@ -49,7 +52,8 @@ ALGORITHMS: dict[str, type[BaseAlgorithm]] = {
     "tqc": TQC,
     "trpo": TRPO,
 }
-# Training's schedules, which SB3 2.x cannot unpickle from Python 3.7 and predict never reads.
+# Training's schedules: functions pickled by Python 3.7, whose code SB3 2.x cannot rebuild (it
+# warns and goes on); predict never reads them, so they are replaced, not tried.
 SCHEDULES = {name: 0.0 for name in ("learning_rate", "lr_schedule", "clip_range", "exploration_schedule")}
 ROWS = 64
 # Float32 on the same CPU as SB3's own modules, and VecNormalize's float64 against the harness's
@@ -113,7 +117,7 @@ def mismatch(agent: str, policy: PolicyNet) -> str:
     return f"{differ} of {ROWS} actions differ" if differ else ""
 
 
-@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("agent", EACH_AGENT)
 @pytest.mark.usefixtures("gym_is_gymnasium")
 def test_the_agent_loads_and_acts_as_its_library_predicts(agent: str, cases: Path) -> None:
     policy = load_policy(str(zip_of(agent)))
@@ -137,7 +141,7 @@ def test_a_policy_read_wrong_fails_the_comparison(cases: Path) -> None:
     assert mismatch("ars/Pendulum-v1_1", normalized).startswith("actions ")
 
 
-@pytest.mark.parametrize("agent", AGENTS)
+@pytest.mark.parametrize("agent", EACH_AGENT)
 def test_the_agent_exports_to_onnx_that_runs_as_its_forward(agent: str, cases: Path, tmp_path: Path) -> None:
     """onnxruntime's kernels round otherwise than torch's: the head within float32's own error of
     the float64 golden, doubled, or 1e-5 of its scale; the greedy action the same."""
