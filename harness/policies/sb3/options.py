@@ -47,7 +47,7 @@ READ = {
 """Keys that decide the actor's forward, each read by the family that takes it."""
 
 NOT_IN_THE_FORWARD = {
-    "device": "where training placed the policy (the RL Zoo's SAC Pendulum, saved by an SB3 before 1.0, holds it)",
+    "device": "where training placed the policy (the RL Zoo's SAC Pendulum holds it)",
     "ortho_init": "how the weights were initialized",
     "log_std_init": "the log std's first value (the weights hold the trained one)",
     "optimizer_class": "training",
