@@ -32,11 +32,9 @@ from harness.inference.forward import forward_outputs
 from harness.policies import PolicyNet, cast_policy, load_policy
 from harness.policies.export_onnx import export_onnx
 from harness.workloads import make_batch
-from tests.third_party import CASES
+from tests.third_party import RLZOO, RLZOO_AGENTS, rlzoo_zip
 
-RLZOO = CASES / "rlzoo"
-# The RL Zoo's layout: <algo>/<Env>_1/<Env>.zip, its run files in <algo>/<Env>_1/<Env>/.
-AGENTS = sorted(str(p.relative_to(RLZOO).parent) for p in RLZOO.glob("*/*_1/*.zip"))
+AGENTS = RLZOO_AGENTS
 # Without them, one skipped test per check that says why, not pytest's "empty parameter set"
 # (test_the_corpus_holds_every_published_agent fails where CI requires them).
 EACH_AGENT = AGENTS or [pytest.param("", marks=pytest.mark.skip(reason=f"no RL Zoo agents in {RLZOO}; CI has them"))]
@@ -74,20 +72,15 @@ def gym_is_gymnasium(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setitem(sys.modules, f"gym{name}", sys.modules[f"gymnasium{name}"])
 
 
-def zip_of(agent: str) -> Path:
-    folder = RLZOO / agent
-    return folder / f"{folder.name.removesuffix('_1')}.zip"
-
-
 def sb3_model(agent: str) -> BaseAlgorithm:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the 1.x save's versions, and the schedules replaced
-        return ALGORITHMS[agent.split("/")[0]].load(zip_of(agent), device="cpu", custom_objects=SCHEDULES)
+        return ALGORITHMS[agent.split("/")[0]].load(rlzoo_zip(agent), device="cpu", custom_objects=SCHEDULES)
 
 
 def sb3_observations(agent: str, raw: np.ndarray) -> np.ndarray:
     """`raw` as the agent's policy is handed it: through its VecNormalize where it trained behind one."""
-    stats = zip_of(agent).with_suffix("") / "vecnormalize.pkl"
+    stats = rlzoo_zip(agent).with_suffix("") / "vecnormalize.pkl"
     if not stats.exists():
         return raw
     with stats.open("rb") as f:
@@ -120,11 +113,11 @@ def mismatch(agent: str, policy: PolicyNet) -> str:
 @pytest.mark.parametrize("agent", EACH_AGENT)
 @pytest.mark.usefixtures("gym_is_gymnasium")
 def test_the_agent_loads_and_acts_as_its_library_predicts(agent: str, cases: Path) -> None:
-    policy = load_policy(str(zip_of(agent)))
+    policy = load_policy(str(rlzoo_zip(agent)))
     space = sb3_model(agent).action_space
     assert policy.info.source == "sb3-zip"
     assert policy.info.action_size == (int(space.n) if isinstance(space, gymnasium.spaces.Discrete) else space.shape[0])
-    assert (policy.normalizer is not None) == (zip_of(agent).with_suffix("") / "vecnormalize.pkl").exists()
+    assert (policy.normalizer is not None) == (rlzoo_zip(agent).with_suffix("") / "vecnormalize.pkl").exists()
     assert mismatch(agent, policy) == ""
 
 
@@ -132,11 +125,11 @@ def test_the_agent_loads_and_acts_as_its_library_predicts(agent: str, cases: Pat
 def test_a_policy_read_wrong_fails_the_comparison(cases: Path) -> None:
     """The comparison can fail: ARS's 1.x linear layer with its rows (the actions) swapped, or an
     agent trained behind VecNormalize read without its statistics."""
-    linear = load_policy(str(zip_of("ars/CartPole-v1_1")))
+    linear = load_policy(str(rlzoo_zip("ars/CartPole-v1_1")))
     with torch.no_grad():
         linear.head.weight.copy_(linear.head.weight.flip(0))
     assert mismatch("ars/CartPole-v1_1", linear).endswith(f"of {ROWS} actions differ")
-    normalized = load_policy(str(zip_of("ars/Pendulum-v1_1")))
+    normalized = load_policy(str(rlzoo_zip("ars/Pendulum-v1_1")))
     normalized.normalizer = None
     assert mismatch("ars/Pendulum-v1_1", normalized).startswith("actions ")
 
@@ -145,7 +138,7 @@ def test_a_policy_read_wrong_fails_the_comparison(cases: Path) -> None:
 def test_the_agent_exports_to_onnx_that_runs_as_its_forward(agent: str, cases: Path, tmp_path: Path) -> None:
     """onnxruntime's kernels round otherwise than torch's: the head within float32's own error of
     the float64 golden, doubled, or 1e-5 of its scale; the greedy action the same."""
-    policy = load_policy(str(zip_of(agent)))
+    policy = load_policy(str(rlzoo_zip(agent)))
     path = tmp_path / "policy.onnx"
     export_onnx(policy, path)
     head, got = onnx_outputs(policy, path)
