@@ -52,6 +52,7 @@ def small() -> dict[str, Any]:
 
 
 OFF = {"buffer_size": 10, "device": "cpu", "seed": 0}
+STEPS = 200  # of random actions, episodes restarted where they end: contact forces and costs far from zero
 
 
 def test_every_mujoco_rename_gives_the_old_ids_spaces() -> None:
@@ -70,6 +71,32 @@ def test_every_mujoco_rename_gives_the_old_ids_spaces() -> None:
             assert np.all(env.action_space.low == -rename.spaces.action_bound), old
         finally:
             env.close()
+
+
+def test_the_differences_the_mujoco_renames_state_are_v4s() -> None:
+    """What each rename says of v4 beside mujoco-py 2.x's contact forces, checked on v4 itself:
+    the ids whose rename says it takes no xml_file refuse one (Ant-v4 takes its own), Walker2d's
+    feet keep their unequal friction, InvertedDoublePendulum's constraint forces read zero."""
+    for old, rename in MUJOCO.items():
+        refuses = "takes no xml_file" in rename.change
+        assert refuses == (rename.env_id in {"HalfCheetah-v4", "Hopper-v4", "Walker2d-v4", "Swimmer-v4", "Humanoid-v4"}), old
+        if refuses:
+            with pytest.raises(UsageError, match="unexpected keyword argument 'xml_file'"):
+                made(rename.env_id, xml_file="model.xml")
+    made("Ant-v4", xml_file="ant.xml").close()
+    assert "0.9 and 1.9" in MUJOCO["Walker2d-v3"].change
+    walker = made("Walker2d-v4").unwrapped
+    frictions = {name: walker.model.geom(name).friction[0] for name in ("foot_geom", "foot_left_geom")}  # type: ignore[attr-defined]
+    assert frictions == {"foot_geom": pytest.approx(0.9), "foot_left_geom": pytest.approx(1.9)}
+    assert "last 3 observations (qfrc_constraint) read zero" in MUJOCO["InvertedDoublePendulum-v2"].change
+    pendulum = made("InvertedDoublePendulum-v4")
+    pendulum.reset(seed=0)
+    pendulum.action_space.seed(0)
+    for _ in range(STEPS):
+        obs, _, terminated, truncated, _ = pendulum.step(pendulum.action_space.sample())
+        assert not np.any(obs[-3:])
+        if terminated or truncated:
+            pendulum.reset()
 
 
 def test_an_old_id_with_no_mapping_is_refused_in_one_line() -> None:
@@ -125,7 +152,6 @@ REAL_CONTACTS = {
     "Humanoid-v3": RealContacts({}, slice(292, 376), lambda _, __: 0.0),
     "HumanoidStandup-v2": RealContacts({}, slice(292, 376), lambda _, info: -float(info["reward_impact"])),
 }
-STEPS = 200  # random actions, episodes restarted where they end: the forces and costs are far from zero
 
 
 @dataclass(frozen=True)
