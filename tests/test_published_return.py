@@ -12,6 +12,7 @@ interval), and fails the run when required.
 from __future__ import annotations
 
 import json
+import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,7 +29,8 @@ from stable_baselines3.common.vec_env import DummyVecEnv
 
 from harness.judge.kinds import CheckKind
 from harness.policies import load_policy
-from harness.policies.policy_files import PublishedScore
+from harness.policies.policy_files import PublishedScore, find_env, rl_zoo_benchmark
+from harness.policies.sb3.archive import trained_steps
 from harness.run.closed_loop import ClosedLoop
 from harness.run.command_plan import sweep_plan
 from harness.run.options import SweepConfig
@@ -80,6 +82,109 @@ def _row(unit: Unit, device: str, seed: int, episode_return: float) -> EpisodeRo
         "",
         None,
     )
+
+
+# --- the RL Zoo's benchmark table ----------------------------------------------------------------
+
+
+def test_the_rl_zoo_benchmark_ships_every_row_of_its_table_with_where_it_is_from() -> None:
+    table = rl_zoo_benchmark()
+    assert table.origin == "DLR-RM/rl-baselines3-zoo@0088472"
+    assert len(table.rows) == 180, "benchmark.md's table at that commit has 180 rows"
+    assert table.score("td3", "Ant-v3", 10**6) == PublishedScore(
+        5813.274,
+        589.773,
+        True,
+        151,
+        "RL Zoo benchmark.md (DLR-RM/rl-baselines3-zoo@0088472): td3 Ant-v3 5813.274 +/- 589.773 over 151 episodes",
+    )
+    assert table.score("td3", "Ant-v3", 10**6 + 1) is None, "another agent than the one the table scored"
+    pong = table.score("ppo", "PongNoFrameskip-v4", 10**7)
+    assert pong is not None and not pong.deterministic, "benchmark.md: deterministic except for Atari games"
+
+
+def test_every_rl_zoo_agent_gets_the_score_its_benchmark_row_states(cases: Path) -> None:
+    """The 45 agents as published, nothing beside them: scored from the table by args.yml's algo
+    and env, each save trained for the steps its row states."""
+    stated = {}
+    for line in (cases / "rlzoo" / "benchmark.tsv").read_text().splitlines():
+        if not line.startswith("#"):
+            algo, env_id, mean, std = line.split("\t")
+            stated[(algo, env_id)] = (float(mean), float(std))
+    agents = sorted((cases / "rlzoo").glob("*/*_1/*.zip"))
+    assert len(agents) == 45
+    for agent in agents:
+        found = find_env(agent, saved_steps(agent))
+        assert found is not None
+        algo = agent.parent.parent.name
+        published = found.published
+        if (algo, found.env_id) not in stated:
+            assert published is None, f"{agent}: no row of the table, no score"
+            continue
+        assert published is not None, agent
+        assert (published.mean, published.std) == stated[(algo, found.env_id)], agent
+        assert published.deterministic and published.n_episodes is not None and published.n_episodes >= 100
+        assert published.source.startswith(f"RL Zoo benchmark.md (DLR-RM/rl-baselines3-zoo@0088472): {algo} {found.env_id} ")
+    assert sum(published_of(a, saved_steps(a)) is None for a in agents) == 1, "tqc Pendulum-v1 alone has no row"
+
+
+def saved_steps(agent: Path) -> int | None:
+    with zipfile.ZipFile(agent) as archive:
+        return trained_steps(json.loads(archive.read("data")))
+
+
+def published_of(agent: Path, trained: int | None = 10**5) -> PublishedScore | None:
+    """The score found for an agent trained `trained` steps (the table's PPO, DQN and TRPO CartPoles' and more)."""
+    found = find_env(agent, trained)
+    assert found is not None, f"{agent} names no environment"
+    return found.published
+
+
+def zoo_agent(root: Path, algo: str, env_id: str, args: dict[str, object]) -> Path:
+    """An agent in the RL Zoo's layout `<algo>/<Env>_1/<Env>.zip`; the zip itself is never read here."""
+    run = root / algo / f"{env_id}_1"
+    (run / env_id).mkdir(parents=True)
+    (run / env_id / "args.yml").write_text(ordered(args))
+    (run / f"{env_id}.zip").write_bytes(b"")
+    return run / f"{env_id}.zip"
+
+
+def test_the_layout_names_the_algorithm_where_args_yml_does_not_and_args_yml_wins(tmp_path: Path) -> None:
+    by_layout = zoo_agent(tmp_path / "a", "trpo", "CartPole-v1", {"env": "CartPole-v1"})
+    published = published_of(by_layout)
+    assert published is not None and published.source.endswith("trpo CartPole-v1 500.000 +/- 0.000 over 300 episodes")
+    by_args = zoo_agent(tmp_path / "b", "trpo", "Acrobot-v1", {"algo": "qrdqn", "env": "Acrobot-v1"})
+    published = published_of(by_args)
+    assert published is not None and published.mean == -69.135, "args.yml's algo: qrdqn"
+    elsewhere = tmp_path / "c" / "agent.zip"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b"")
+    (elsewhere.parent / "args.yml").write_text(ordered({"env": "CartPole-v1"}))
+    assert published_of(elsewhere) is None, "no algorithm named, no score"
+
+
+def test_a_score_beside_the_agent_wins_over_the_benchmark(tmp_path: Path) -> None:
+    agent = zoo_agent(tmp_path, "ppo", "CartPole-v1", {"algo": "ppo", "env": "CartPole-v1"})
+    alone = published_of(agent)
+    assert alone is not None and alone.source.startswith("RL Zoo benchmark.md")
+    (agent.parent / "results.json").write_text(json.dumps({"mean_reward": 498.5, "std_reward": 2.0}))
+    beside = PublishedScore(498.5, 2.0, True, None, "results.json: mean_reward 498.5, std_reward 2")
+    assert published_of(agent) == beside
+
+
+def test_an_agent_the_benchmark_did_not_score_gets_none(tmp_path: Path) -> None:
+    """An algorithm and environment the table has no row for, or a save trained for other steps than
+    the row's agent was (an agent of one's own, laid out by `rl_zoo3 train` as the RL Zoo's are)."""
+    for algo, env_id, trained in (
+        ("tqc", "Pendulum-v1", 20_000),
+        ("ppo", "seals/CartPole-v0", 100_000),
+        ("myalgo", "CartPole-v1", 100_000),
+        ("ppo", "CartPole-v1", 50_000),
+        ("ppo", "CartPole-v1", None),
+    ):
+        agent = zoo_agent(tmp_path / f"{algo}-{trained}", algo, env_id.split("/")[-1], {"algo": algo, "env": env_id})
+        found = find_env(agent, trained)
+        assert found is not None and found.env_id == env_id and found.published is None, (algo, env_id, trained)
 
 
 # --- end to end ---------------------------------------------------------------------------------
