@@ -61,7 +61,7 @@ IDENTITY = {
 NOT_CONFIG = ("results", "run_id", "resume", "progress")
 CONFIG_ORDER = (
     "policies", "dtypes", "batch_sizes", "seed", "episodes", "episode_batching", "env", "envs", "precision",
-    "tolerance", "ratio_limits", "require_batch_invariance", "require_published_return", "inject_fault",
+    "tolerance", "ratio_limits", "require_batch_invariance", "published_return", "inject_fault",
     "accelerator", "cards", "card_counts", "threads", "placement", "hang_timeout", "max_memory_gib",
 )  # fmt: skip
 
