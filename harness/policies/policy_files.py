@@ -285,7 +285,7 @@ class RlZooBenchmark:
         was (`n_timesteps`, which SB3 saves as `_total_timesteps`): a run of its own, an
         untrained or a retrained agent is not the one the table scored."""
         row = self.rows.get((algo, env_id))
-        if row is None or trained_steps != steps(row["n_timesteps"]):
+        if row is None or trained_steps != _steps(row["n_timesteps"]):
             return None
         mean, std, episodes = row["mean_reward"], row["std_reward"], row["eval_episodes"]
         return PublishedScore(
@@ -297,7 +297,7 @@ class RlZooBenchmark:
         )
 
 
-def steps(text: str) -> int:
+def _steps(text: str) -> int:
     """A count of steps as the table prints it: "20k", "1M", "150000"."""
     found = re.fullmatch(r"(\d+)([kM]?)", text)
     assert found is not None, f"{RL_ZOO_BENCHMARK}: n_timesteps {text!r}"
