@@ -37,6 +37,7 @@ from harness.policies.sb3.archive import (
     policy_class,
     policy_kwargs,
     read_archive,
+    trained_steps,
 )
 from harness.policies.sb3.layers import COMBINED, FLATTEN, NATURE, Weights
 from harness.policies.sb3.options import check_policy_kwargs
@@ -134,7 +135,7 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
         action_space(path, data),
     )
     actor = family.build(save)
-    env = find_env(path) if env_files else None
+    env = find_env(path, trained_steps(data)) if env_files else None
     stats_path = find_vecnormalize(path)
     stats = read_vecnormalize(stats_path) if stats_path is not None else None
     inputs = actor.features.inputs

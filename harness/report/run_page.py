@@ -40,7 +40,8 @@ from harness.report.page import (
     verdict_class,
 )
 from harness.report.run_report import HEAD_OUTPUTS, BENCH_SQL, Report, dtype_order
-from harness.report.summary import Group, batch_invariance_lines, short_name, summarize
+from harness.report.names import PolicyNames
+from harness.report.summary import Group, batch_invariance_lines, summarize
 
 # Rows shown in a table before the rest is folded.
 SHOWN_ROWS = 8
@@ -61,7 +62,7 @@ IDENTITY = {
 NOT_CONFIG = ("results", "run_id", "resume", "progress")
 CONFIG_ORDER = (
     "policies", "dtypes", "batch_sizes", "seed", "episodes", "episode_batching", "env", "envs", "precision",
-    "tolerance", "ratio_limits", "require_batch_invariance", "require_published_return", "inject_fault",
+    "tolerance", "ratio_limits", "require_batch_invariance", "published_return", "inject_fault",
     "accelerator", "cards", "card_counts", "threads", "placement", "hang_timeout", "max_memory_gib",
 )  # fmt: skip
 
@@ -85,7 +86,7 @@ def render(con: duckdb.DuckDBPyConnection, report: Report) -> str:
         _devices_section(report),
         _failures_section(report, judged),
         _findings_section(report, judged),
-        _port_rule_section(judged, colours),
+        _port_rule_section(judged, colours, report.names),
         _episodes_section(con, report, judged, colours),
         *([bench] if not report.is_bench else []),
     ]
@@ -108,7 +109,7 @@ def _header(report: Report) -> Html:
     ]
     run = report.record.row
     if run:
-        policies = ", ".join(short_name(str(p.get("name"))) for p in report.record.policies)
+        policies = ", ".join(report.names(str(p.get("name"))) for p in report.record.policies)
         lines.append(
             tag(
                 "div",
@@ -153,7 +154,7 @@ def _grid_section(report: Report, judged: list[dict[str, Any]]) -> PageSection |
         cells.setdefault((g.policy, g.dtype), {})[g.kind] = g
     rows = []
     for (policy, dtype), mine in cells.items():
-        row: list[Html] = [Html(f'<th title="{text(policy)}">{text(short_name(policy))}</th>'), tag("th", dtype)]
+        row: list[Html] = [Html(f'<th title="{text(policy)}">{text(report.names(policy))}</th>'), tag("th", dtype)]
         for kind in kinds:
             group = mine.get(kind)
             if group is None:
@@ -229,7 +230,7 @@ def _configuration_section(report: Report) -> PageSection | None:
     right = _kv(facts)
     policies = [
         [
-            Html(f'<span title="{text(p.get("name"))}">{text(short_name(str(p.get("name"))))}</span>'),
+            Html(f'<span title="{text(p.get("name"))}">{text(report.names(str(p.get("name"))))}</span>'),
             text(p.get("source")),
             code(str(p.get("sha256"))[:16]),
             text(p.get("env_id") or "none"),
@@ -340,10 +341,10 @@ def _over_limit_text(row: dict[str, Any]) -> str:
     return f"{row['max_ulp']} ulp" if row.get("max_ulp") else ""
 
 
-def _cause_rows(rows: list[dict[str, Any]]) -> list[list[Html | str]]:
+def _cause_rows(rows: list[dict[str, Any]], names: PolicyNames) -> list[list[Html | str]]:
     return [
         [
-            Html(f'<span title="{text(r["policy"])}">{text(short_name(r["policy"]))}</span>'),
+            Html(f'<span title="{text(r["policy"])}">{text(names(r["policy"]))}</span>'),
             text(r["dtype"]),
             text(f"{r['workload']}/{r['output']}"),
             text(r["device_b"] or "-"),
@@ -359,14 +360,14 @@ def _cause_rows(rows: list[dict[str, Any]]) -> list[list[Html | str]]:
 CAUSE_COLUMNS = ["policy", "dtype", "input/output", "against", "first diverging layer", "first mismatch", "worst/limit", ""]
 
 
-def _causes(rows: list[dict[str, Any]], faults: dict[str, list[str]], finding: bool) -> Html:
+def _causes(rows: list[dict[str, Any]], faults: dict[str, list[str]], finding: bool, names: PolicyNames) -> Html:
     """Rows grouped by cause: the device that failed and the kind of check."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["device_a"], r["kind"]), []).append(r)
     parts = []
     for (device, kind), mine in sorted(groups.items(), key=lambda kv: (kv[0][0], rank(tuple(CheckKind), kv[0][1]))):
-        where = sorted({f"{short_name(r['policy'])} {r['dtype']}" for r in mine})
+        where = sorted({f"{names(r['policy'])} {r['dtype']}" for r in mine})
         layers = sorted({layer_text(r["detail"]).split(" (")[0] for r in mine} - {""})
         heading = [tag("b", f"{device} · {kind}"), f" — {len(mine)} {'found' if finding else 'failed'} in {', '.join(where)}"]
         if faults.get(device):
@@ -375,7 +376,7 @@ def _causes(rows: list[dict[str, Any]], faults: dict[str, list[str]], finding: b
             )
         if layers:
             heading.append(f" · first diverging layer: {', '.join(layers)}")
-        body = _cause_rows(mine)
+        body = _cause_rows(mine, names)
         columns = list(CAUSE_COLUMNS)
         if not layers:  # no layer search for this kind of check
             at = columns.index("first diverging layer")
@@ -411,7 +412,9 @@ def _failures_section(report: Report, judged: list[dict[str, Any]]) -> PageSecti
         f"{len(failed)} gating checks failed, grouped by the device that failed and the kind of check. The first "
         "diverging layer comes from a search that captures every layer on both sides for the same input."
     )
-    return PageSection("failures", "Failed checks, by cause", _causes(failed, report.record.device_faults(), False), lede)
+    return PageSection(
+        "failures", "Failed checks, by cause", _causes(failed, report.record.device_faults(), False, report.names), lede
+    )
 
 
 def _findings_section(report: Report, judged: list[dict[str, Any]]) -> PageSection | None:
@@ -424,7 +427,7 @@ def _findings_section(report: Report, judged: list[dict[str, Any]]) -> PageSecti
     if properties or notes:
         body.append(tag("ul", join(tag("li", line) for line in [*properties, *notes]), class_="lines"))
     if found:
-        body.append(_causes(found, report.record.device_faults(), True))
+        body.append(_causes(found, report.record.device_faults(), True, report.names))
     lede = (
         "What the run found that does not gate it: the fixed tolerance table off bounded outputs, properties of the "
         "cards, and what the run noted."
@@ -448,13 +451,13 @@ def _run_notes(report: Report) -> list[str]:
 # ---- the port rule --------------------------------------------------------------------------------
 
 
-def _port_rule_section(judged: list[dict[str, Any]], colours: plots.CardColours) -> PageSection | None:
+def _port_rule_section(judged: list[dict[str, Any]], colours: plots.CardColours, names: PolicyNames) -> PageSection | None:
     rows = [r for r in judged if r["kind"] == CheckKind.CPU_REFERENCE and r["ratio_limit"]]
     if not rows:
         return None
     failing = {r["device_a"] for r in rows if not r["passed"]}
     points = [
-        plots.RatioPoint(r["output"], f"{short_name(r['policy'])} {r['dtype']}", r["device_a"], score, bool(r["passed"]))
+        plots.RatioPoint(r["output"], f"{names(r['policy'])} {r['dtype']}", r["device_a"], score, bool(r["passed"]))
         for r in rows
         if (score := measured_over_limit(r)) is not None
     ]
@@ -481,7 +484,7 @@ def _port_rule_section(judged: list[dict[str, Any]], colours: plots.CardColours)
                 "port rule per output and card",
             )
         )
-    body.append(_per_card_table(rows))
+    body.append(_per_card_table(rows, names))
     ulps: dict[str, list[int]] = {}
     for r in judged:
         if r["kind"] == CheckKind.CROSS_CARD and r["max_ulp"] is not None and not r["workload"].startswith(EPISODE_WORKLOAD):
@@ -509,7 +512,7 @@ def _port_rule_section(judged: list[dict[str, Any]], colours: plots.CardColours)
     return PageSection("port-rule", "The port rule, per output and card", join(body), lede)
 
 
-def _per_card_table(rows: list[dict[str, Any]]) -> Html:
+def _per_card_table(rows: list[dict[str, Any]], names: PolicyNames) -> Html:
     cards = list(dict.fromkeys(r["device_a"] for r in rows))
     worst: dict[tuple[str, str, str], dict[str, tuple[float, bool]]] = {}
     for r in rows:
@@ -524,7 +527,7 @@ def _per_card_table(rows: list[dict[str, Any]]) -> Html:
             cell[r["device_a"]] = (old[0], False)
     body = []
     for (policy, dtype, output), by_card in sorted(worst.items(), key=lambda kv: (kv[0][0], dtype_rank(kv[0][1]), kv[0][2])):
-        cells: list[Html | str] = [text(short_name(policy)), text(dtype), text(output)]
+        cells: list[Html | str] = [text(names(policy)), text(dtype), text(output)]
         for card in cards:
             if card not in by_card:
                 cells.append("")
@@ -561,13 +564,13 @@ def _episodes_section(
         return None
     body = []
     if verdicts:
-        body.append(_closed_loop_tables(verdicts))
+        body.append(_closed_loop_tables(verdicts, report.names))
     if episodes:
         devices = ["cpu", *[d for d in colours.order if any(e["device"] == d for e in episodes)]]
         devices += [d for d in dict.fromkeys(e["device"] for e in episodes) if d not in devices]
         points = [
             plots.EpisodePoint(
-                f"{short_name(e['policy'])} {e['dtype']}",
+                f"{report.names(e['policy'])} {e['dtype']}",
                 e["mode"],
                 e["device"],
                 e["episode_seed"],
@@ -586,27 +589,27 @@ def _episodes_section(
         )
         body += [
             tag("h3", "Returns per device and seed (parted: the step where the trajectory left the CPU's)"),
-            _returns_table(episodes, devices),
+            _returns_table(episodes, devices, report.names),
         ]
     n = len({(e["policy"], e["dtype"], e["mode"], e["episode_seed"]) for e in episodes})
     lede = f"{n} seeded episodes per device played closed loop, each device against the CPU reference." if episodes else ""
     return PageSection("episodes", "Episodes", join(body), lede)
 
 
-def _closed_loop_tables(rows: list[dict[str, Any]]) -> Html:
+def _closed_loop_tables(rows: list[dict[str, Any]], names: PolicyNames) -> Html:
     """The closed-loop checks, one table per kind of check, each with every column its rows fill
     (so a column added to `checks` shows here too). The bit-for-bit checks of trajectories and
     returns against card 0 are counted, their rows folded."""
     parts = []
     bitwise = [r for r in rows if r["kind"] == CheckKind.CROSS_CARD]
     for kind in dict.fromkeys(r["kind"] for r in rows if r["kind"] != CheckKind.CROSS_CARD):
-        parts += [tag("h3", EPISODE_HEADINGS.get(kind, kind)), _check_table([r for r in rows if r["kind"] == kind])]
+        parts += [tag("h3", EPISODE_HEADINGS.get(kind, kind)), _check_table([r for r in rows if r["kind"] == kind], names)]
     if bitwise:
         parted = [r for r in bitwise if not r["passed"]]
         summary = f"{kind_word(bitwise)} bit for bit against card 0: {len(bitwise) - len(parted)} of {len(bitwise)} equal" + (
             f"; {len(parted)} differ ({', '.join(sorted({r['device_a'] for r in parted}))})" if parted else ""
         )
-        parts.append(folded(summary, _check_table(bitwise)))
+        parts.append(folded(summary, _check_table(bitwise, names)))
     return join(parts)
 
 
@@ -614,7 +617,7 @@ def kind_word(rows: list[dict[str, Any]]) -> str:
     return " and ".join(sorted({"trajectories" if r["output"] == "actions" else "returns" for r in rows}))
 
 
-def _check_table(rows: list[dict[str, Any]]) -> Html:
+def _check_table(rows: list[dict[str, Any]], names: PolicyNames) -> Html:
     measured = [c for c in rows[0] if c not in IDENTITY and any(r.get(c) is not None for r in rows)]
     ordered = sorted(rows, key=lambda r: (r["policy"], dtype_rank(r["dtype"]), r["workload"], r["output"], r["device_a"]))
     columns = ["policy", "dtype", "episodes", "output", "devices", "verdict", *measured, "detail"]
@@ -623,7 +626,7 @@ def _check_table(rows: list[dict[str, Any]]) -> Html:
         verdict = ("PASS" if r["passed"] else "FAIL") if r["gating"] else ("pass" if r["passed"] else "finding")
         body.append(
             [
-                text(short_name(r["policy"])),
+                text(names(r["policy"])),
                 text(r["dtype"]),
                 text(r["workload"].removeprefix(EPISODE_WORKLOAD)),
                 text(r["output"]),
@@ -645,13 +648,13 @@ def _number(value: Any) -> str:
     return str(value)
 
 
-def _returns_table(episodes: list[dict[str, Any]], devices: list[str]) -> Html:
+def _returns_table(episodes: list[dict[str, Any]], devices: list[str], names: PolicyNames) -> Html:
     by_key: dict[tuple[str, str, str, int], dict[str, dict[str, Any]]] = {}
     for e in episodes:
         by_key.setdefault((e["policy"], e["dtype"], e["mode"], e["episode_seed"]), {})[e["device"]] = e
     body = []
     for (policy, dtype, mode, seed), on in by_key.items():
-        cells: list[Html | str] = [text(short_name(policy)), text(dtype), text(mode), text(seed)]
+        cells: list[Html | str] = [text(names(policy)), text(dtype), text(mode), text(seed)]
         for d in devices:
             episode = on.get(d)
             if episode is None:
@@ -688,7 +691,13 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
                 plots.bench_plot(
                     [
                         _point(
-                            r, "n_cards", "decisions_per_s", "ci_low", "ci_high", ("policy", "dtype", "batch_size", "timing")
+                            report.names,
+                            r,
+                            "n_cards",
+                            "decisions_per_s",
+                            "ci_low",
+                            "ci_high",
+                            ("policy", "dtype", "batch_size", "timing"),
                         )
                         for r in throughput
                     ],
@@ -708,6 +717,7 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
                 plots.bench_plot(
                     [
                         _point(
+                            report.names,
                             r,
                             "n_cards",
                             "scaling_efficiency",
@@ -733,7 +743,15 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
             figure(
                 plots.bench_plot(
                     [
-                        _point(r, "batch_size", "p50_ms", "ci_low", "ci_high", ("policy", "dtype", "device", "timing"))
+                        _point(
+                            report.names,
+                            r,
+                            "batch_size",
+                            "p50_ms",
+                            "ci_low",
+                            "ci_high",
+                            ("policy", "dtype", "device", "timing"),
+                        )
                         for r in latency
                     ],
                     "Latency p50 against batch size (95% intervals)",
@@ -752,7 +770,15 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
             figure(
                 plots.bench_plot(
                     [
-                        _point(r, "batch_size", "decisions_per_s", "ci_low", "ci_high", ("policy", "dtype", "device"))
+                        _point(
+                            report.names,
+                            r,
+                            "batch_size",
+                            "decisions_per_s",
+                            "ci_low",
+                            "ci_high",
+                            ("policy", "dtype", "device"),
+                        )
                         for r in loop
                     ],
                     "Closed-loop decisions per second against environments (95% intervals)",
@@ -794,7 +820,7 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
         )
         body.append(tag("p", line, class_="v-pass-gating" if not failed else "v-fail"))
         if failed:
-            body.append(_causes(failed, report.record.device_faults(), False))
+            body.append(_causes(failed, report.record.device_faults(), False, report.names))
     lede = f"{report.n_valid} of {len(rows)} rows valid. An invalid row's figure is shown hollow and apart, never as a result."
     return PageSection("bench", "Benchmarks", join(body), lede)
 
@@ -812,8 +838,8 @@ def _filled(rows: list[dict[str, Any]]) -> list[str]:
     return [n for n in rows[0] if n != "valid" and any(r[n] not in (None, "") for r in rows)]
 
 
-def _point(r: dict[str, Any], x: str, y: str, low: str, high: str, key: Sequence[str]) -> plots.BenchPoint:
+def _point(names: PolicyNames, r: dict[str, Any], x: str, y: str, low: str, high: str, key: Sequence[str]) -> plots.BenchPoint:
     series = " ".join(
-        short_name(str(r[k])) if k == "policy" else (f"batch {r[k]}" if k == "batch_size" else str(r[k])) for k in key
+        names(str(r[k])) if k == "policy" else (f"batch {r[k]}" if k == "batch_size" else str(r[k])) for k in key
     )
     return plots.BenchPoint(series, float(r[x]), float(r[y]), r[low], r[high], bool(r["valid"]))
