@@ -141,7 +141,8 @@ class ObsInput:
         return np.zeros((rows, *self.shape), dtype=self.dtype)
 
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        classes = {"one_hot_classes": list(self.classes)} if self.classes else {}
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, **classes}
 
 
 def encode_integers(x: torch.Tensor, inp: ObsInput) -> torch.Tensor:
