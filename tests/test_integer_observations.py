@@ -41,7 +41,7 @@ from harness.policies import PolicyNet, cast_policy
 from harness.policies.export_onnx import export_onnx
 from harness.policies.sb3_zip import load_sb3_zip
 from harness.workloads import DISTRIBUTIONS, make_batch
-from tests.builders import edit_data, save_sb3
+from tests.builders import edit_data, save_sb3, to_sb3_1x
 from tests.test_sb3_families import OFF, ON
 
 DEVICE = cpu_reference()
@@ -153,6 +153,17 @@ def test_scores_and_actions_match_sb3(algo: str, name: str, folder: Path) -> Non
         ours = outputs["q_values"] if algo == "dqn" else log_softmax(outputs["logits"], axis=1)
         np.testing.assert_allclose(ours, theirs, atol=ATOL, rtol=0)
         np.testing.assert_array_equal(outputs["action"], model.predict(obs, deterministic=True)[0])
+
+
+def test_an_sb3_1x_save_of_a_gym_discrete_observation_reads_the_same(folder: Path, tmp_path: Path) -> None:
+    """SB3 1.x wrote gym's Discrete with `n` a number and `shape`, not `_shape`."""
+    _, policy = agent("ppo", "discrete", folder)
+    old = load_sb3_zip(to_sb3_1x(folder / "ppo-discrete.zip", tmp_path / "1x.zip"))
+    assert old.info.inputs == policy.info.inputs
+    batch = make_batch(policy.info, "uniform", ROWS, 3)
+    np.testing.assert_array_equal(
+        run_batch(old, DEVICE, batch.obs, batch.noise)["logits"], run_batch(policy, DEVICE, batch.obs, batch.noise)["logits"]
+    )
 
 
 def test_a_one_hot_of_other_classes_gives_other_scores(folder: Path) -> None:
