@@ -214,11 +214,12 @@ def _integer_rows(inp: ObsInput, size: int, distribution: str, rng: np.random.Ge
     """An image's or an integer input's rows, inside its bounds (an image's 0 to 255 where it has
     none): any value of the range for `normal` and `uniform`; for `edge` the two bounds, then a
     mix of them."""
-    low, high = _bounds([inp])
-    if inp.dtype == "uint8":
-        low = np.clip(np.where(np.isfinite(low), low, 0), 0, 255)
-        high = np.clip(np.where(np.isfinite(high), high, 255), 0, 255)
-    low, high = low.astype(np.int64), high.astype(np.int64)
+    if inp.dtype == "int64":
+        low, high = inp.value_range()
+    else:
+        low, high = _bounds([inp])
+        low = np.clip(np.where(np.isfinite(low), low, 0), 0, 255).astype(np.int64)
+        high = np.clip(np.where(np.isfinite(high), high, 255), 0, 255).astype(np.int64)
     if distribution == "edge":
         rows = np.stack([low, high])
         flat = rows[rng.integers(0, 2, (size, low.size)), np.arange(low.size)]

@@ -128,8 +128,21 @@ def test_batches_hold_values_of_the_space_as_int64_bytes(name: str, folder: Path
     for inp, values in zip(policy.info.inputs, edge.obs, strict=False):
         if inp.dtype == "int64":  # both bounds of every value
             assert values.dtype == np.int64
-            np.testing.assert_array_equal(values.min(axis=0), inp.low)
-            np.testing.assert_array_equal(values.max(axis=0), inp.high)
+            np.testing.assert_array_equal(values.min(axis=0), 0)
+            np.testing.assert_array_equal(values.max(axis=0), np.asarray(inp.classes or [2] * inp.size) - 1)
+    assert not in_space(spaces.Discrete(5), (np.array([[5]]),))  # the check can fail: a value past the classes
+
+
+def test_a_space_larger_than_its_weights_is_refused_before_anything_is_made(folder: Path, tmp_path: Path) -> None:
+    """A MultiBinary's size comes from the file: one of 10^10 values is refused by the weights
+    it does not fit, before any array of its size exists."""
+    agent("ppo", "multi-binary", folder)
+
+    def huge(data: dict[str, Any]) -> None:
+        data["observation_space"]["_shape"] = [100_000, 100_000]
+
+    with pytest.raises(PolicyLoadError, match=r"policy.pth .* expects \(16, 10000000000\)"):
+        load_sb3_zip(edit_data(folder / "ppo-multi-binary.zip", tmp_path / "huge.zip", huge))
 
 
 def sb3_logits(model: BaseAlgorithm, obs: Any) -> np.ndarray:
@@ -172,7 +185,7 @@ def test_a_one_hot_of_other_classes_gives_other_scores(folder: Path) -> None:
     model, policy = agent("ppo", "multi-discrete", folder)
     (inp,) = policy.info.inputs
     swapped = copy.deepcopy(policy)
-    swapped.info = replace(policy.info, inputs=(replace(inp, classes=(4, 3), high=(3.0, 2.0)),))
+    swapped.info = replace(policy.info, inputs=(replace(inp, classes=(4, 3)),))
     batch = make_batch(policy.info, "uniform", ROWS, 0)
     mine = log_softmax(run_batch(swapped, DEVICE, batch.obs, batch.noise)["logits"], axis=1)
     assert not np.allclose(mine, sb3_logits(model, as_sb3(SPACES["multi-discrete"], batch.obs)), atol=ATOL, rtol=0)

@@ -112,7 +112,7 @@ class ObsInput:
     name: str  # "obs", ML-Agents' "obs_0".., or the key of a dict observation
     shape: tuple[int, ...]  # of one row, e.g. (4,) or (4, 84, 84)
     dtype: ObsDtype = "float32"
-    low: tuple[float, ...] | None = None  # flattened (size values), inf allowed; None: unbounded
+    low: tuple[float, ...] | None = None  # flattened (size values), inf allowed; None: unbounded (int64: `value_range`)
     high: tuple[float, ...] | None = None
     classes: tuple[int, ...] = ()  # int64: each value's classes, one-hot encoded; () for zeros and ones as floats
 
@@ -129,6 +129,13 @@ class ObsInput:
     def width(self) -> int:
         """The values the network takes of it: its one-hot encodings' where it has classes, else its size."""
         return sum(self.classes) if self.classes else self.size
+
+    def value_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """An int64 input's least and greatest values, int64 (size,): 0 to its classes - 1, or 0
+        to 1 (zeros and ones). Made when asked, not at load: a MultiBinary's size comes from the
+        file, and only the weights, checked first, bound it."""
+        high = np.asarray(self.classes, dtype=np.int64) - 1 if self.classes else np.ones(self.size, dtype=np.int64)
+        return np.zeros(self.size, dtype=np.int64), high
 
     def one_hot(self) -> tuple[np.ndarray, np.ndarray]:
         """(the value each one-hot column reads, the class it stands for), int64, the columns of

@@ -245,9 +245,9 @@ def _box(weights: Weights, space: ObservationSpace, extractor: str) -> BoxSpace:
 
 
 def _integer_input(name: str, space: IntegerSpace) -> ObsInput:
-    """Integer values as the environment gives them, int64 in their range: the policy encodes them (`encode_integers`)."""
-    high = tuple(float(n - 1) for n in space.classes) if space.classes else (1.0,) * space.size
-    return ObsInput(name, (space.size,), "int64", (0.0,) * space.size, high, space.classes)
+    """Integer values as the environment gives them, int64 in their range (`ObsInput.value_range`):
+    the policy encodes them (`encode_integers`)."""
+    return ObsInput(name, (space.size,), "int64", classes=space.classes)
 
 
 def _is_image(space: BoxSpace) -> bool:
