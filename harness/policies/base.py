@@ -152,14 +152,15 @@ class ObsInput:
         return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, **classes}
 
 
-def encode_integers(x: torch.Tensor, inp: ObsInput) -> torch.Tensor:
+def encode_integers(x: torch.Tensor, one_hot: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
     """An int64 input as SB3's `preprocess_obs` gives it to the network, float32: a Discrete's
     value one-hot over its classes (a MultiDiscrete's each over its own, side by side, in axis
-    order), a MultiBinary's zeros and ones as they are. One-hot as a comparison with the
-    classes, which every backend and ONNX opset has (`export_onnx` writes the same Gather and Equal)."""
-    if not inp.classes:
+    order; `one_hot`: `ObsInput.one_hot` on x's device), a MultiBinary's zeros and ones as they
+    are (`one_hot` None). One-hot as a comparison with the classes, which every backend and ONNX
+    opset has (`export_onnx` writes the same Gather and Equal)."""
+    if one_hot is None:
         return x.to(torch.float32)
-    columns, values = (torch.from_numpy(a).to(x.device) for a in inp.one_hot())
+    columns, values = one_hot
     return (x.index_select(1, columns) == values).to(torch.float32)
 
 
@@ -370,6 +371,8 @@ class PolicyNet(nn.Module):
         # What the body (or the features) is fed: the compute dtype, or under a precision plan
         # (harness/policies/keep_float32.py) the io dtype, each layer casting its own input.
         self.feed_dtype: torch.dtype | None = None
+        # The integer inputs' one-hot columns and classes by (input, device) (`_one_hot_on`).
+        self._one_hot: dict[tuple[ObsInput, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         # Inference only: no autograd graph behind the outputs, whoever calls forward.
         self.requires_grad_(False)
         self.eval()
@@ -422,7 +425,8 @@ class PolicyNet(nn.Module):
         if len(obs) != len(self.info.inputs):
             raise ValueError(f"{self.info.name} takes {len(self.info.inputs)} observation inputs, got {len(obs)}")
         obs = tuple(
-            encode_integers(o, inp) if inp.dtype == "int64" else o for o, inp in zip(obs, self.info.inputs, strict=True)
+            encode_integers(o, self._one_hot_on(inp, o.device)) if inp.dtype == "int64" else o
+            for o, inp in zip(obs, self.info.inputs, strict=True)
         )
         if self.features is None:
             x = (torch.cat(obs, dim=-1) if len(obs) > 1 else obs[0]).to(self.io_dtype)
@@ -431,6 +435,17 @@ class PolicyNet(nn.Module):
             return x
         out: torch.Tensor = self.features(*self._preprocessed(obs))
         return out
+
+    def _one_hot_on(self, inp: ObsInput, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """`inp`'s one-hot columns and classes on `device` (None: zeros and ones, no one-hot),
+        made once per input and device: a forward then moves nothing to the card but its inputs,
+        as the bench times it."""
+        if not inp.classes:
+            return None
+        if (inp, device) not in self._one_hot:
+            columns, values = inp.one_hot()
+            self._one_hot[inp, device] = (torch.from_numpy(columns).to(device), torch.from_numpy(values).to(device))
+        return self._one_hot[inp, device]
 
     def _body_and_head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         latent = self.body(x.to(self.feed_dtype or self.compute_dtype))
