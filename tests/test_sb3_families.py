@@ -2,7 +2,7 @@
 take that changes the network, loaded from a save and checked against SB3's own networks on the
 same observations: the head, the deterministic action (`predict`), and the stochastic action
 given the same noise (SB3's distribution with the harness's draw; gSDE with SB3's exploration
-matrices set to the harness's). Box, image and dict observations, with and without VecNormalize;
+matrices set to the harness's). Box, image, integer and dict observations, with and without VecNormalize;
 each family's ONNX export against the harness's float32 policy through onnxruntime; and each
 refusal, by name.
 
@@ -100,6 +100,30 @@ class DictEnv(VectorEnv):
         )
 
 
+class IntegerEnv(VectorEnv):
+    """Zeros and ones (MultiBinary, in a shape of two axes), which SB3 takes as floats."""
+
+    def __init__(self, discrete: bool = False) -> None:
+        super().__init__(discrete)
+        self.observation_space = gym.spaces.MultiBinary([2, 3])  # type: ignore[assignment]
+
+
+class IntegerDictEnv(VectorEnv):
+    """A dict observation of integers SB3 one-hot encodes (Discrete, MultiDiscrete) or takes as
+    floats (MultiBinary), beside a vector that VecNormalize may normalize."""
+
+    def __init__(self, discrete: bool = True) -> None:
+        super().__init__(discrete)
+        self.observation_space = gym.spaces.Dict(  # type: ignore[assignment]
+            {
+                "cell": gym.spaces.Discrete(4),
+                "doors": gym.spaces.MultiDiscrete([2, 3]),
+                "lights": gym.spaces.MultiBinary(3),
+                "speed": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+            }
+        )
+
+
 class VectorDictEnv(VectorEnv):
     """A goal-style dict observation, vectors only."""
 
@@ -155,6 +179,12 @@ FAMILIES: dict[str, Family] = {
         lambda env: PPO("MultiInputPolicy", env, policy_kwargs=multi(), **ON),
         DictEnv,
         vecnormalize={"norm_obs_keys": ["a", "vec"]},
+    ),
+    "ppo-multi-binary": Family(lambda env: PPO("MlpPolicy", env, policy_kwargs=small(), **ON), IntegerEnv),
+    "dqn-integer-dict-vecnormalize": Family(
+        lambda env: DQN("MultiInputPolicy", env, policy_kwargs=small(), **EPS, **OFF),
+        IntegerDictEnv,
+        vecnormalize={"norm_obs_keys": ["speed"]},
     ),
     "dqn": Family(lambda env: DQN("MlpPolicy", env, policy_kwargs=small(), **EPS, **OFF), lambda: VectorEnv(True)),
     "dqn-cnn": Family(lambda env: DQN("CnnPolicy", env, policy_kwargs=cnn(), **EPS, **OFF), ImageEnv),
@@ -307,7 +337,9 @@ def observations(saved: Saved, policy: PolicyNet) -> tuple[Any, tuple[torch.Tens
     batch = make_batch(policy.info, "uniform", ROWS, 3)
     space = saved.model.observation_space
     if isinstance(space, gym.spaces.Dict):
-        raw: Any = {inp.name: o for inp, o in zip(policy.info.inputs, batch.obs, strict=True)}
+        # Each key in its space's shape: a Discrete's values (rows,), as SB3 takes them.
+        inputs = zip(policy.info.inputs, batch.obs, strict=True)
+        raw: Any = {inp.name: o.reshape(ROWS, *space[inp.name].shape) for inp, o in inputs}
     else:
         raw = batch.obs[0].reshape(ROWS, *space.shape)
     return raw, tuple(torch.from_numpy(o) for o in batch.obs)
@@ -411,7 +443,9 @@ def test_inputs_are_the_observation_spaces_keys_in_order(saved: Saved) -> None:
     space = saved.model.observation_space
     if isinstance(space, gym.spaces.Dict):
         assert [i.name for i in info.inputs] == list(space.spaces)
-        assert [i.shape for i in info.inputs] == [s.shape for s in space.spaces.values()]
+        # A Box in its shape; an integer space as its values, flattened (a Discrete's one).
+        shapes = [s.shape if isinstance(s, gym.spaces.Box) else (int(np.prod(s.shape)),) for s in space.spaces.values()]
+        assert [i.shape for i in info.inputs] == shapes
     else:
         assert [i.name for i in info.inputs] == ["obs"]
     images = [i for i in info.inputs if len(i.shape) == 3]
@@ -525,9 +559,7 @@ def test_an_unknown_policy_class_is_refused_with_what_is_supported(tmp_path: Pat
 
 
 def test_observation_and_action_spaces_it_cannot_take_are_refused(tmp_path: Path) -> None:
-    frozen = tmp_path / "frozen.zip"
-    DQN("MlpPolicy", "FrozenLake-v1", **OFF).save(frozen)
-    refused(frozen, "observation space <class 'gymnasium.spaces.discrete.Discrete'> is not supported")
+    """(Integer observations it cannot take: tests/test_integer_observations.py.)"""
     flat_image = tmp_path / "flat-image.zip"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -585,7 +617,9 @@ def export_error(policy: PolicyNet, path: Path, kind: str, rows: int) -> ExportE
     session = onnxruntime.InferenceSession(str(path))
     head = policy.head_output()
     batch = make_batch(policy.info, kind, rows, 5)
-    feeds = {i.name: o.astype(np.float32) for i, o in zip(policy.info.inputs, batch.obs, strict=True)}
+    # An image goes in as floats holding its pixels, integer observations as their int64 values.
+    inputs = zip(policy.info.inputs, batch.obs, strict=True)
+    feeds = {i.name: o.astype(np.float32) if i.dtype == "uint8" else o for i, o in inputs}
     got = dict(zip([head, "deterministic_actions"], session.run(None, feeds), strict=True))
     obs = tuple(torch.from_numpy(o) for o in batch.obs)
     ours = forward_outputs(policy, obs, torch.from_numpy(batch.noise))
@@ -599,7 +633,7 @@ def export_error(policy: PolicyNet, path: Path, kind: str, rows: int) -> ExportE
 
 
 def test_export_matches_the_policy_through_onnxruntime(saved: Saved, tmp_path: Path) -> None:
-    """One input per observation input (float32, images holding 0-255), the head as a sweep names
+    """One input per observation input (float32, images holding 0-255, integers int64), the head as a sweep names
     it and the deterministic action, VecNormalize folded in: onnxruntime on the file gives the
     harness's float32 outputs (and the greedy action: no near-tie among these rows)."""
     policy = load_sb3_zip(saved.zip)

@@ -43,6 +43,15 @@ WRAPPER_MODULES = {
 }
 ATARI_EXTRA = "pip install -e '.[atari]'"
 MUJOCO_EXTRA = "pip install -e '.[mujoco]'"
+# sb3-contrib's environment of MaskablePPO's examples (harness/envs/invalid_actions.py), registered
+# here and made from that module, which only making it imports (it needs sb3-contrib).
+INVALID_ACTIONS_ID = "sb3_contrib/InvalidActionEnvDiscrete-v0"
+if INVALID_ACTIONS_ID not in gym.registry:
+    gym.register(
+        INVALID_ACTIONS_ID,
+        entry_point="harness.envs.invalid_actions:SeededInvalidActionEnvDiscrete",
+        kwargs={"dim": 80, "n_invalid_actions": 60},  # MaskablePPO's documented example
+    )
 # gymnasium 1.x registers MuJoCo's mujoco-py ids (-v2, -v3) to this function, which only raises
 # "moved to the gymnasium-robotics project": registered, but not made.
 REFUSING_ENTRY_POINT = ("gymnasium.envs", "_raise_mujoco_py_error")

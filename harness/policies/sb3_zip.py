@@ -209,6 +209,8 @@ def _normalizer(
             raise PolicyLoadError(stats.path, f"normalizes key {key!r}, which {path.name} does not take")
         if names[key].dtype == "uint8":
             raise PolicyLoadError(stats.path, f"normalizes the image {key!r}: not supported")
+        if names[key].dtype == "int64":  # SB3's VecNormalize refuses these too: it normalizes Boxes
+            raise PolicyLoadError(stats.path, f"normalizes the integer observation {key!r}: not supported")
     return _vecnormalize(path, stats, moments, [i for i in inputs if i.dtype == "float32"])
 
 
