@@ -85,7 +85,6 @@ class Share:
     """One actor's part of one unit (or of a layer search): the refs it computes for it."""
 
     what: str  # as a user reads it: "cartpole float32 normal-64"
-    unit_id: str | None  # None for work that is no unit
     refs: list[Any]
 
 
@@ -170,16 +169,16 @@ class Watch:
         """Follow what `job` asked of each actor, in the order it was asked."""
         what = f"{job.unit.policy} {job.unit.dtype} {job.unit.workload}"
         for lane, refs in shares_of(job, self.reference).items():
-            self.follow(lane, refs, what, job.unit.unit_id)
+            self.follow(lane, refs, what)
         return job
 
-    def follow(self, lane: int, refs: list[Any], what: str, unit_id: str | None = None) -> list[Any]:
+    def follow(self, lane: int, refs: list[Any], what: str) -> list[Any]:
         """Follow refs just asked of one actor; every task sent to a watched actor must be followed,
         or the lane would take the next task's start for this one's."""
         watched = self.lanes[lane]
         if not watched.shares:  # idle until now: its silence starts with this work
             watched.pace.start(time.monotonic())
-        watched.shares.append(Share(what, unit_id, list(dict.fromkeys(refs))))
+        watched.shares.append(Share(what, list(dict.fromkeys(refs))))
         return refs
 
     def get(self, refs: list[Any]) -> list[Any]:
