@@ -117,6 +117,7 @@ def throttled_reference(head: Head) -> Iterator[threading.Event]:
         worker.join(timeout=30)
 
 
+@pytest.mark.ray_recovery
 def test_a_reference_ten_times_slower_than_the_cards_is_waited_for_not_taken_for_hung(
     cases: Path, ray_head: Head, tmp_path: Path
 ) -> None:
