@@ -158,9 +158,8 @@ class Watch:
         now = time.monotonic()
         roles = [f"card{i}" for i in range(len(placement.cards))] + [REFERENCE_ROLE]
         self.lanes = [
-            Lane(role, placed.actor, node, {node: placed.label}, placed.label, Pace(now))
-            for role, placed in zip(roles, placement.actors, strict=True)
-            for node in [placed.described.node_id]
+            Lane(role, p.actor, p.described.node_id, {p.described.node_id: p.label}, p.label, Pace(now))
+            for role, p in zip(roles, placement.actors, strict=True)
         ]
         self.next_placement_check = now
         self.events: list[str] = []  # what Ray recovered from, as the summary says it
