@@ -266,8 +266,9 @@ class SweepConfig(CommonOptions):
     )
     hang_timeout: float = option(
         "--hang-timeout",
-        "seconds an actor may take over a unit before it counts as hung, if also 10x what another actor took over "
-        "it; a hung actor is killed and restarted once, hung again ends the run as incomplete (exit 3)",
+        "seconds an actor may go without progress (a result back, an episode step) before it counts as hung, if also "
+        "10x the longest it went without before; and the least a restarting actor is given to be back; a hung actor "
+        "is killed and restarted once, hung again ends the run as incomplete (exit 3)",
         60.0,
         type=float,
         metavar="S",
