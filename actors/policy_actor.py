@@ -41,6 +41,11 @@ class PolicyActor:
     def describe(self) -> Described:
         return replace(describe_runner(self.runner), position=self.position, faults=tuple(map(str, self.faults)))
 
+    def progress(self) -> int:
+        """Episode steps played so far: asked on a thread of its own (harness/run/clients.py,
+        WATCH_GROUP) while a unit runs."""
+        return self.runner.steps
+
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
         strike(self.faults, self.fault_marker)
         return produced(self.runner, self.runner.run_batch(key, dtype, obs, noise))

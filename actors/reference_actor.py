@@ -27,6 +27,10 @@ class ReferenceActor:
     def describe(self) -> Described:
         return describe_runner(self.runner)
 
+    def progress(self) -> int:
+        """Episode steps played so far, its own and its replays (PolicyActor.progress)."""
+        return self.runner.steps
+
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
         """`dtype` is a card's (float32, float16, bfloat16, float32-tf32, ...) or the golden's float64."""
         start = time.perf_counter()

@@ -9,18 +9,15 @@ Ray actors, the tests) imports this package before anything can import torch.
 """
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 __version__ = "0.1.0"
 
-if TYPE_CHECKING:
-    from harness.api import RunResult, bench, sweep
-    from harness.errors import UsageError
-
 # The Python API (harness/api.py), imported when first asked for: `import harness` stays as light
-# as setting the guard above, for every actor and entry point that imports it.
+# as setting the guard above, for every actor and entry point that imports it (and the layering
+# contract sees no import of the top layer from the package every layer imports).
 _API = {"sweep": "harness.api", "bench": "harness.api", "RunResult": "harness.api", "UsageError": "harness.errors"}
 __all__ = ["RunResult", "UsageError", "__version__", "bench", "sweep"]
 

@@ -71,7 +71,8 @@ def make_batch(
 ) -> ObsBatch:
     """Observations for `info`'s inputs, each in its shape and dtype. The float inputs are drawn
     together, as one row of their concatenated values (what a normalizer sees), then the uint8
-    ones (images) inside their bounds, then the noise. `clamp_bounds` (mean -/+ `clamp` std of
+    (images) and int64 ones (Discrete, MultiDiscrete, MultiBinary values) in input order, each
+    value of the space, inside its bounds; then the noise. `clamp_bounds` (mean -/+ `clamp` std of
     the normalizer) lets `edge` put values exactly on the clamp and far beyond it; without it
     `edge` uses the observation bounds, read as if they were 5 std out."""
     if distribution not in DISTRIBUTIONS:
@@ -88,7 +89,7 @@ def make_batch(
         flat = _edge_rows(floats, size, clamp_bounds, clamp, rng)
     parts = iter(np.split(flat, np.cumsum([i.size for i in floats])[:-1], axis=1))
     drawn = {i.name: next(parts).reshape(size, *i.shape) for i in floats}
-    drawn |= {i.name: _uint8_rows(i, size, distribution, rng) for i in info.inputs if i.dtype == "uint8"}
+    drawn |= {i.name: _integer_rows(i, size, distribution, rng) for i in info.inputs if i.dtype != "float32"}
     obs = tuple(np.ascontiguousarray(drawn[i.name]) for i in info.inputs)
     noise = make_noise(info, size, rng)
     obs += tuple(_step_input(info, name, size, rng) for name in info.step_inputs)
@@ -107,10 +108,13 @@ def _step_input(info: PolicyInfo, name: str, size: int, rng: np.random.Generator
 
 def episode_starts(size: int) -> np.ndarray:
     """Where a recurrent policy's batch (one sequence) starts an episode: at its first row and at
-    the start of its last eighth, so that a reset in mid-sequence is always checked, and nowhere
-    else: the state's error is seen over the longest stretch the batch holds."""
+    the start of its last eighth (its last row, in a batch of 2 to 15 rows), so that a reset in
+    mid-sequence is checked wherever a batch has rows for one, and nowhere else: the state's error
+    is seen over the longest stretch the batch holds. A batch of one row is one first step."""
     starts = np.zeros(size, dtype=bool)
-    starts[[0, size - size // 8]] = True
+    starts[0] = True
+    if size > 1:
+        starts[size - max(size // 8, 1)] = True
     return starts
 
 
@@ -206,19 +210,23 @@ def _edge_rows(
     return np.concatenate([rows, mixed])[:size].astype(np.float32)
 
 
-def _uint8_rows(inp: ObsInput, size: int, distribution: str, rng: np.random.Generator) -> np.ndarray:
-    """An image input's rows, uint8 inside its bounds (0 to 255 where it has none): any value
-    of the range for `normal` and `uniform`; for `edge` the two bounds, then a mix of them."""
-    low, high = _bounds([inp])
-    low = np.clip(np.where(np.isfinite(low), low, 0), 0, 255).astype(np.int64)
-    high = np.clip(np.where(np.isfinite(high), high, 255), 0, 255).astype(np.int64)
+def _integer_rows(inp: ObsInput, size: int, distribution: str, rng: np.random.Generator) -> np.ndarray:
+    """An image's or an integer input's rows, inside its bounds (an image's 0 to 255 where it has
+    none): any value of the range for `normal` and `uniform`; for `edge` the two bounds, then a
+    mix of them."""
+    if inp.dtype == "int64":
+        low, high = inp.value_range()
+    else:
+        low, high = _bounds([inp])
+        low = np.clip(np.where(np.isfinite(low), low, 0), 0, 255).astype(np.int64)
+        high = np.clip(np.where(np.isfinite(high), high, 255), 0, 255).astype(np.int64)
     if distribution == "edge":
         rows = np.stack([low, high])
         flat = rows[rng.integers(0, 2, (size, low.size)), np.arange(low.size)]
         flat[: min(size, 2)] = rows[: min(size, 2)]
     else:
         flat = rng.integers(low, high + 1, (size, low.size))
-    return flat.astype(np.uint8).reshape(size, *inp.shape)
+    return flat.astype(inp.dtype).reshape(size, *inp.shape)
 
 
 def poisson_arrivals(rate_qps: float, n: int, seed: int) -> np.ndarray:

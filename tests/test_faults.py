@@ -1,6 +1,6 @@
-"""What the driver decides when cards fail, without a cluster: how long an actor may take over a
-unit, what a hang fault does, what an incomplete run prints, and the one-line reasons a cluster
-refuses to be joined."""
+"""What the driver decides when cards fail, without a cluster: how long an actor may go without
+progress, how long a restart may take, what a hang fault does, what an incomplete run prints,
+and the one-line reasons a cluster refuses to be joined."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 from harness.inference.fault_specs import Fault, parse_faults
 from harness.inference.faults import strike
 from harness.report.summary import print_summary
-from harness.run.gather import HANG_MULTIPLE, RESTART_MARGIN, Share, Watch, shares_of
+from harness.run.gather import Watch, shares_of
+from harness.run.pace import HANG_MULTIPLE, RESTART_MARGIN, Pace, restart_bound_s
 from harness.run.place import Placed, Placement, join_refusal, token_refusal
 from harness.store.schema import SCHEMAS
 from tests.builders import described
@@ -26,27 +27,44 @@ def _watch(cards: int, hang_timeout_s: float, started_s: float = 0.0) -> Watch:
     return Watch(placement, hang_timeout_s, started_s)
 
 
-def test_a_units_deadline_is_a_multiple_of_what_the_others_took_over_it_never_less_than_the_floor() -> None:
-    watch = _watch(cards=2, hang_timeout_s=3.0)
-    share = Share("cartpole float32 normal-b64-s0", "u1", [])
-    assert watch.deadline_s(1, share) == 3.0, "nothing measured yet: the floor"
-    watch.took["u1"] = {0: 0.4, 2: 0.9}
-    assert watch.deadline_s(1, share) == pytest.approx(HANG_MULTIPLE * 0.4), "the fastest other actor sets it"
-    assert watch.deadline_s(0, share) == pytest.approx(HANG_MULTIPLE * 0.9), "an actor's own time never counts"
-    watch.took["u1"][3] = 30.0  # a card that died and restarted over the unit
-    assert watch.deadline_s(1, share) == pytest.approx(HANG_MULTIPLE * 0.4), "nor does another's restart"
-    assert watch.deadline_s(2, share) == pytest.approx(max(3.0, HANG_MULTIPLE * 0.4))
-    watch.longest = 1.5
-    later = Share("cartpole float32 episodes-deterministic-4x-s0-lockstep", "u2", [])
-    assert watch.deadline_s(0, later) == pytest.approx(HANG_MULTIPLE * 1.5), "none finished it: the longest share so far"
+def test_an_actor_that_keeps_showing_progress_is_never_hung_however_slow_its_unit() -> None:
+    pace = Pace(moved=0.0)
+    for now in range(10, 10_000, 10):  # a step every 10 s: a unit that takes hours on a busy machine
+        assert not pace.hung(float(now), hang_timeout_s=60.0)
+        pace.progressed(float(now))
+    assert pace.bound_s(60.0) == 100.0, "the longest silence it broke was 10 s: 10 x that"
 
 
-def test_a_restarted_actor_is_given_twice_its_first_start_and_never_less_than_a_placement() -> None:
-    from harness.run.place import PLACEMENT_TIMEOUT_S
+def test_an_actor_is_hung_once_silent_past_the_floor_or_ten_times_its_own_longest_silence() -> None:
+    pace = Pace(moved=100.0)
+    assert pace.bound_s(3.0) == 3.0, "nothing learnt yet: --hang-timeout"
+    assert not pace.hung(103.0, 3.0) and pace.hung(103.5, 3.0), "silent past the floor: hung"
+    pace.progressed(100.4)  # its first result, 0.4 s after it began
+    pace.progressed(101.0)
+    assert pace.longest_quiet_s == pytest.approx(0.6) and pace.bound_s(3.0) == pytest.approx(6.0)
+    pace.progressed(106.0)  # a silence of 5 s it broke: its own pace says it can be that slow
+    assert pace.bound_s(3.0) == pytest.approx(HANG_MULTIPLE * 5.0)
+    assert not pace.hung(150.0, 3.0) and pace.hung(156.5, 3.0)
+    assert pace.quiet_s(156.5) == pytest.approx(50.5)
 
-    assert _watch(cards=1, hang_timeout_s=5.0, started_s=3.0).restart_s() == PLACEMENT_TIMEOUT_S
+
+def test_no_other_actors_pace_and_no_idle_time_counts() -> None:
+    card, reference = Pace(moved=0.0), Pace(moved=0.0)
+    card.progressed(0.1)  # a card's unit: 0.1 s
+    for now in (5.0, 10.0, 15.0):  # the reference's: its steps every 5 s, 150 times the card's
+        reference.progressed(now)
+    assert not reference.hung(40.0, hang_timeout_s=2.0), "ten times its own 5 s silences"
+    reference.start(1000.0)  # work again after it sat idle: the idle time is no silence
+    assert reference.longest_quiet_s == 5.0 and not reference.hung(1040.0, 2.0)
+
+
+def test_a_restart_is_given_a_placement_twice_the_longest_start_or_the_hang_timeout_whichever_is_longest() -> None:
+    assert restart_bound_s(30.0, started_s=3.0, hang_timeout_s=5.0) == 30.0
     # Actors that took 44 s to start (a CUDA torch on a busy machine) are not lost at 30 s when one restarts.
-    assert _watch(cards=1, hang_timeout_s=5.0, started_s=44.0).restart_s() == pytest.approx(RESTART_MARGIN * 44.0)
+    assert restart_bound_s(30.0, started_s=44.0, hang_timeout_s=5.0) == pytest.approx(RESTART_MARGIN * 44.0)
+    assert restart_bound_s(30.0, started_s=3.0, hang_timeout_s=900.0) == 900.0, "a restarting actor shows nothing"
+    watch = _watch(cards=1, hang_timeout_s=60.0, started_s=3.0)
+    assert watch.restart_s() == 60.0
 
 
 def test_the_reference_comes_after_the_cards_and_each_card_is_asked_its_run_and_its_whole_batch() -> None:
@@ -76,7 +94,7 @@ def test_hang_faults_are_named_and_hang_once_strikes_once_across_restarts(tmp_pa
 
 def test_an_incomplete_run_says_what_it_kept_and_what_it_lost() -> None:
     out = io.StringIO()
-    lost = "LOST card1 (sim-cpu1): hung again after its restart (no result within 3 s); it was running cartpole"
+    lost = "LOST card1 (sim-cpu1): hung again after its restart (no progress for 3.1 s, allowed 3 s); it was running cartpole"
     print_summary(SCHEMAS["checks"].empty_table(), "r1", "incomplete", out, notes=[lost], units_done=(4, 9))
     *_, note, verdict = out.getvalue().splitlines()
     assert note == f"  {lost}"

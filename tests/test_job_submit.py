@@ -73,7 +73,7 @@ def test_a_job_whose_card_hangs_fails_saying_what_hung_and_how_to_finish_it(ray_
     assert "Traceback" not in logs, logs[logs.find("Traceback") :][:3000]
     # `ray job submit` shows the job's log as it runs, and its end again in the failure's status.
     [lost] = {line.strip() for line in logs.splitlines() if line.strip().startswith("LOST ")}
-    assert lost.startswith("LOST card1 (sim-cpu1): hung again after its restart (no result within "), lost
+    assert lost.startswith("LOST card1 (sim-cpu1): hung again after its restart (no progress for "), lost
     assert "run hung: INCOMPLETE (0 of 7 units done and kept;" in logs
     assert (
         f"jobs/sweep.py: incomplete: finish it with: ray job submit --address {ray_head.dashboard} --working-dir . -- "

@@ -18,7 +18,13 @@ from tests.helpers import assert_usage_error, cli
 
 
 def row(kind: str, passed: bool, gating: bool = True, **columns: Any) -> dict[str, Any]:
-    where = {"policy": "cartpole", "dtype": "float32", "workload": "batch8", "output": "logits", "device_a": "sim-cpu1"}
+    where = {
+        "policy": "zoo/ppo/CartPole-v1_1/CartPole-v1.zip",
+        "dtype": "float32",
+        "workload": "batch8",
+        "output": "logits",
+        "device_a": "sim-cpu1",
+    }
     return {**where, "device_b": "sim-cpu0", "kind": kind, "passed": passed, "gating": gating, "detail": "", **columns}
 
 
@@ -37,23 +43,28 @@ def test_each_gating_row_is_a_testcase_and_only_those(tmp_path: Path) -> None:
         row("episode_return", False, gating=True, outcome="inconclusive", detail="--require-conclusive"),
     ]
     path = tmp_path / "run.xml"
-    write_junit(path, junit_tree("r1", {"status": "failed", "torch_version": "2.13.0"}, rows, {"cartpole": "cp"}))
+    rows.append({**row("cross_card", True), "policy": "zoo/dqn/CartPole-v1_1/CartPole-v1.zip"})
+    write_junit(path, junit_tree("r1", {"status": "failed", "torch_version": "2.13.0"}, rows))
     cases = cases_of(path)
-    assert len(cases) == 5  # the finding is no testcase
+    assert len(cases) == 6  # the finding is no testcase
     results = [type(r) for case in cases for r in case.result]
     assert results.count(Failure) == 2 and results.count(Error) == 1 and results.count(Skipped) == 1
     failure = next(r for case in cases for r in case.result if isinstance(r, Failure) and "max_abs" in (r.text or ""))
     assert "first mismatch at [3, 1]" in failure.message and "max_abs = 0.5 (limit atol = 1e-05)" in failure.text
-    assert cases[0].classname == "cp float32 cross_card" and cases[0].name == "batch8 logits sim-cpu1 vs sim-cpu0"
+    # Policies named as the summary names them: two agents of one environment apart.
+    assert (
+        cases[0].classname == "ppo/CartPole-v1_1 float32 cross_card" and cases[0].name == "batch8 logits sim-cpu1 vs sim-cpu0"
+    )
+    assert cases[-1].classname == "dqn/CartPole-v1_1 float32 cross_card"
     [suite] = list(JUnitXml.fromfile(str(path)))
     props = {p.name: p.value for p in suite.properties()}
     assert props["run_id"] == "r1" and props["torch_version"] == "2.13.0"
-    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (5, 2, 1, 1)
+    assert (suite.tests, suite.failures, suite.errors, suite.skipped) == (6, 2, 1, 1)
 
 
 def test_a_passed_run_has_no_failure(tmp_path: Path) -> None:
     path = tmp_path / "run.xml"
-    write_junit(path, junit_tree("r2", {}, [row("cross_card", True), row("decisions", True)], {}))
+    write_junit(path, junit_tree("r2", {}, [row("cross_card", True), row("decisions", True)]))
     assert [case.is_passed for case in cases_of(path)] == [True, True]
 
 

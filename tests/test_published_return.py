@@ -5,13 +5,15 @@ Hugging Face layouts, published from SB3's own evaluate_policy over the sweep's 
 LunarLander-v2 names an id gymnasium renamed, BipedalWalker-v3 needs Box2D: both sweep with no
 option but --policy (and where to run). The LunarLander score is SB3's, so the harness's return
 must be SB3's (which checks that it replays the environment as SB3 does); the BipedalWalker card
-states a score the policy cannot reach, so the check finds it (with enough episodes for an
-interval), and fails the run when required.
+states a score the policy cannot reach, so the check fails the run by default (with enough
+episodes for an interval), naming the card, or reports it with --published-return finding. The RL
+Zoo's own agents, with nothing beside them, are scored from its benchmark table.
 """
 
 from __future__ import annotations
 
 import json
+import zipfile
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,12 +28,17 @@ from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.monitor import Monitor
 from stable_baselines3.common.vec_env import DummyVecEnv
 
+from harness.errors import UsageError
 from harness.judge.kinds import CheckKind
+from harness.judge.returns import Outcome
+from harness.judge.verdicts import NOT_THE_AGENTS, ClosedLoopRules, Published, judge_published
 from harness.policies import load_policy
-from harness.policies.policy_files import PublishedScore
+from harness.policies.policy_files import PublishedScore, find_env, rl_zoo_benchmark
+from harness.policies.sb3.archive import trained_steps
 from harness.run.closed_loop import ClosedLoop
 from harness.run.command_plan import sweep_plan
-from harness.run.options import SweepConfig
+from harness.run.option_fields import read_toml
+from harness.run.options import SweepConfig, validate
 from harness.run.plan import EpisodeWork, Unit, plan_inputs, plan_units
 from harness.store.schema import EpisodeRow
 from tests.conftest import Head
@@ -63,6 +70,37 @@ def test_the_published_score_is_judged_on_the_cpu_episodes_of_the_mode_it_was_pu
         assert published.check.passed and published.check.result.detail.endswith("every return is the published one")
 
 
+def test_a_cpu_below_its_published_score_fails_as_the_environments_or_the_weights_unless_a_finding() -> None:
+    """The CPU float32 reference is no card: a score it misses says the environment or the weights
+    are not the agent's. It gates by default; --published-return finding reports it instead."""
+    cpu = np.random.default_rng(3).normal(70.0, 20.0, 24)
+    source = "RL Zoo benchmark.md (DLR-RM/rl-baselines3-zoo@0088472): trpo Ant-v3 4982.301 +/- 663.761 over 153 episodes"
+    score = Published(4982.301, 663.761, 153, source)
+    gated = judge_published(cpu, score, ClosedLoopRules())
+    assert gated.result.outcome == Outcome.FAIL and gated.gating and not gated.passed
+    detail = gated.result.detail
+    assert f"({source})" in detail and detail.endswith(NOT_THE_AGENTS) and "not the port's" in NOT_THE_AGENTS
+    found = judge_published(cpu, score, ClosedLoopRules(published_gates=False))
+    assert found.result.outcome == Outcome.FAIL and not found.gating and found.result.detail == detail
+    near = judge_published(cpu, Published(float(cpu.mean()), 20.0, 153, source), ClosedLoopRules())
+    assert near.result.outcome == Outcome.PASS and near.gating and NOT_THE_AGENTS not in near.result.detail
+
+
+def test_the_published_return_option_gates_by_default_and_the_old_flag_still_runs(tmp_path: Path) -> None:
+    def plan(**options: object) -> bool:
+        return sweep_plan(validate(SweepConfig(**options))).published_gates  # type: ignore[arg-type]
+
+    assert plan() and plan(require_published_return=True) and plan(published_return="gate")
+    assert not plan(published_return="finding")
+    config = tmp_path / "sweep.toml"
+    config.write_text('published_return = "finding"\n')
+    assert read_toml(config, SweepConfig) == {"published_return": "finding"}
+    with pytest.raises(UsageError, match="contradict"):
+        plan(published_return="finding", require_published_return=True)
+    with pytest.raises(UsageError, match="--published-return 'never' is not one of gate, finding"):
+        plan(published_return="never")
+
+
 def _row(unit: Unit, device: str, seed: int, episode_return: float) -> EpisodeRow:
     assert isinstance(unit.work, EpisodeWork)
     return EpisodeRow(
@@ -80,6 +118,109 @@ def _row(unit: Unit, device: str, seed: int, episode_return: float) -> EpisodeRo
         "",
         None,
     )
+
+
+# --- the RL Zoo's benchmark table ----------------------------------------------------------------
+
+
+def test_the_rl_zoo_benchmark_ships_every_row_of_its_table_with_where_it_is_from() -> None:
+    table = rl_zoo_benchmark()
+    assert table.origin == "DLR-RM/rl-baselines3-zoo@0088472"
+    assert len(table.rows) == 180, "benchmark.md's table at that commit has 180 rows"
+    assert table.score("td3", "Ant-v3", 10**6) == PublishedScore(
+        5813.274,
+        589.773,
+        True,
+        151,
+        "RL Zoo benchmark.md (DLR-RM/rl-baselines3-zoo@0088472): td3 Ant-v3 5813.274 +/- 589.773 over 151 episodes",
+    )
+    assert table.score("td3", "Ant-v3", 10**6 + 1) is None, "another agent than the one the table scored"
+    pong = table.score("ppo", "PongNoFrameskip-v4", 10**7)
+    assert pong is not None and not pong.deterministic, "benchmark.md: deterministic except for Atari games"
+
+
+def test_every_rl_zoo_agent_gets_the_score_its_benchmark_row_states(cases: Path) -> None:
+    """The 45 agents as published, nothing beside them: scored from the table by args.yml's algo
+    and env, each save trained for the steps its row states."""
+    stated = {}
+    for line in (cases / "rlzoo" / "benchmark.tsv").read_text().splitlines():
+        if not line.startswith("#"):
+            algo, env_id, mean, std = line.split("\t")
+            stated[(algo, env_id)] = (float(mean), float(std))
+    agents = sorted((cases / "rlzoo").glob("*/*_1/*.zip"))
+    assert len(agents) == 45
+    for agent in agents:
+        found = find_env(agent, saved_steps(agent))
+        assert found is not None
+        algo = agent.parent.parent.name
+        published = found.published
+        if (algo, found.env_id) not in stated:
+            assert published is None, f"{agent}: no row of the table, no score"
+            continue
+        assert published is not None, agent
+        assert (published.mean, published.std) == stated[(algo, found.env_id)], agent
+        assert published.deterministic and published.n_episodes is not None and published.n_episodes >= 100
+        assert published.source.startswith(f"RL Zoo benchmark.md (DLR-RM/rl-baselines3-zoo@0088472): {algo} {found.env_id} ")
+    assert sum(published_of(a, saved_steps(a)) is None for a in agents) == 1, "tqc Pendulum-v1 alone has no row"
+
+
+def saved_steps(agent: Path) -> int | None:
+    with zipfile.ZipFile(agent) as archive:
+        return trained_steps(json.loads(archive.read("data")))
+
+
+def published_of(agent: Path, trained: int | None = 10**5) -> PublishedScore | None:
+    """The score found for an agent trained `trained` steps (the table's PPO, DQN and TRPO CartPoles' and more)."""
+    found = find_env(agent, trained)
+    assert found is not None, f"{agent} names no environment"
+    return found.published
+
+
+def zoo_agent(root: Path, algo: str, env_id: str, args: dict[str, object]) -> Path:
+    """An agent in the RL Zoo's layout `<algo>/<Env>_1/<Env>.zip`; the zip itself is never read here."""
+    run = root / algo / f"{env_id}_1"
+    (run / env_id).mkdir(parents=True)
+    (run / env_id / "args.yml").write_text(ordered(args))
+    (run / f"{env_id}.zip").write_bytes(b"")
+    return run / f"{env_id}.zip"
+
+
+def test_the_layout_names_the_algorithm_where_args_yml_does_not_and_args_yml_wins(tmp_path: Path) -> None:
+    by_layout = zoo_agent(tmp_path / "a", "trpo", "CartPole-v1", {"env": "CartPole-v1"})
+    published = published_of(by_layout)
+    assert published is not None and published.source.endswith("trpo CartPole-v1 500.000 +/- 0.000 over 300 episodes")
+    by_args = zoo_agent(tmp_path / "b", "trpo", "Acrobot-v1", {"algo": "qrdqn", "env": "Acrobot-v1"})
+    published = published_of(by_args)
+    assert published is not None and published.mean == -69.135, "args.yml's algo: qrdqn"
+    elsewhere = tmp_path / "c" / "agent.zip"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(b"")
+    (elsewhere.parent / "args.yml").write_text(ordered({"env": "CartPole-v1"}))
+    assert published_of(elsewhere) is None, "no algorithm named, no score"
+
+
+def test_a_score_beside_the_agent_wins_over_the_benchmark(tmp_path: Path) -> None:
+    agent = zoo_agent(tmp_path, "ppo", "CartPole-v1", {"algo": "ppo", "env": "CartPole-v1"})
+    alone = published_of(agent)
+    assert alone is not None and alone.source.startswith("RL Zoo benchmark.md")
+    (agent.parent / "results.json").write_text(json.dumps({"mean_reward": 498.5, "std_reward": 2.0}))
+    beside = PublishedScore(498.5, 2.0, True, None, "results.json: mean_reward 498.5, std_reward 2")
+    assert published_of(agent) == beside
+
+
+def test_an_agent_the_benchmark_did_not_score_gets_none(tmp_path: Path) -> None:
+    """An algorithm and environment the table has no row for, or a save trained for other steps than
+    the row's agent was (an agent of one's own, laid out by `rl_zoo3 train` as the RL Zoo's are)."""
+    for algo, env_id, trained in (
+        ("tqc", "Pendulum-v1", 20_000),
+        ("ppo", "seals/CartPole-v0", 100_000),
+        ("myalgo", "CartPole-v1", 100_000),
+        ("ppo", "CartPole-v1", 50_000),
+        ("ppo", "CartPole-v1", None),
+    ):
+        agent = zoo_agent(tmp_path / f"{algo}-{trained}", algo, env_id.split("/")[-1], {"algo": algo, "env": env_id})
+        found = find_env(agent, trained)
+        assert found is not None and found.env_id == env_id and found.published is None, (algo, env_id, trained)
 
 
 # --- end to end ---------------------------------------------------------------------------------
@@ -156,8 +297,8 @@ def sweep(ray_head: Head, results: Path, *args: str) -> tuple[int, str]:
 def swept(agents: dict[str, Agent], ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     results = tmp_path_factory.mktemp("published")
     policies = [arg for agent in agents.values() for arg in ("--policy", str(agent.zip))]
-    code, out = sweep(ray_head, results, "sweep", *policies)
-    assert code == 0, f"the published score does not gate by default:\n{out[-3000:]}"
+    code, out = sweep(ray_head, results, "sweep", *policies, "--published-return", "finding")
+    assert code == 0, f"a published score reported as a finding does not fail the run:\n{out[-3000:]}"
     return results, out
 
 
@@ -189,7 +330,7 @@ def test_a_renamed_lunar_lander_plays_v3_and_scores_what_sb3_published(
 
 
 @pytest.mark.slow
-def test_a_bipedal_walker_claiming_a_score_it_cannot_reach_is_found_and_fails_when_required(
+def test_a_bipedal_walker_claiming_a_score_it_cannot_reach_fails_the_run_naming_the_source_unless_a_finding(
     agents: dict[str, Agent], swept: tuple[Path, str], ray_head: Head, tmp_path: Path
 ) -> None:
     results, out = swept
@@ -202,6 +343,10 @@ def test_a_bipedal_walker_claiming_a_score_it_cannot_reach_is_found_and_fails_wh
     assert all(c["passed"] for c in checks if c["kind"] == "cross_card"), "Box2D episodes agree across cards"
     assert "INCONCLUSIVE: " in out
     assert "decide them with --episodes 20 (the most any says would decide) or --episodes auto" in out
-    required = ("--require-published-return", "--dtypes", "float32", "--batch-sizes", "1", "--episodes", "20")
-    code, out = sweep(ray_head, tmp_path, "sweep", "--policy", walker, *required)
+    decided = ("--policy", walker, "--dtypes", "float32", "--batch-sizes", "1", "--episodes", "20")
+    code, out = sweep(ray_head, tmp_path / "gate", "sweep", *decided)
     assert code == 1 and f"FAIL {walker} float32 published_return" in out, out[-3000:]
+    [line] = [line for line in out.splitlines() if "published_return:" in line]
+    assert "(model card README.md: mean_reward 300.00 +/- 1.00)" in line and "not the port's" in line
+    code, out = sweep(ray_head, tmp_path / "finding", "sweep", *decided, "--published-return", "finding")
+    assert code == 0 and f"finding (not gating) {walker} float32 published_return" in out, out[-3000:]

@@ -140,6 +140,23 @@ def test_a_batch_is_a_sequence_whose_state_matches_sb3_predict(name: str, folder
     assert outputs["state_h"].shape == (24, model.policy.lstm_actor.num_layers, 8)
 
 
+@pytest.mark.parametrize("size, starts_at", [(1, [0]), (2, [0, 1]), (7, [0, 6]), (8, [0, 7]), (16, [0, 14])])
+def test_a_batch_of_few_rows_starts_anew_at_its_last_row_and_a_batch_of_one_once(
+    size: int, starts_at: list[int], folder: Path
+) -> None:
+    """A batch too short for a last eighth (the latency a user measures at batch 1) is still a
+    sequence SB3's predict steps: one first step, or a reset at its last row."""
+    model, policy = agent("mlp-two-layers", folder)
+    batch = make_batch(policy.info, "normal", size, 5)
+    starts = batch.step_input(EPISODE_START)
+    assert starts is not None and np.flatnonzero(starts).tolist() == starts_at
+    outputs = run_batch(policy, DEVICE, batch.obs, batch.noise)
+    for t, (action, h, c) in enumerate(sb3_sequence(model, batch.obs[:1], starts, [])):
+        assert outputs["action"][t] == action, t
+        np.testing.assert_allclose(outputs["state_h"][t], h, atol=ATOL, rtol=0)
+        np.testing.assert_allclose(outputs["state_c"][t], c, atol=ATOL, rtol=0)
+
+
 def test_the_state_is_an_output_in_every_dtype_and_the_golden(folder: Path) -> None:
     _, policy = agent("mlp-two-layers", folder)
     batch = make_batch(policy.info, "uniform", 32, 0)

@@ -19,6 +19,7 @@ import pytest
 
 from tests.conftest import Head
 from tests.helpers import read_table, sweep_on
+from tests.third_party import RLZOO, RLZOO_AGENTS, rlzoo_zip
 
 pytestmark = pytest.mark.slow
 
@@ -61,27 +62,17 @@ def published_scores(rlzoo: Path) -> dict[tuple[str, str], Published]:
     return {(algo, env): Published(float(mean), float(std)) for algo, env, mean, std, *_ in rows}
 
 
-def agent_zip(rlzoo: Path, run: str) -> Path:
-    """`<algo>/<Env>_1` -> its `<algo>/<Env>_1/<Env>.zip`."""
-    env = run.split("/")[1].removesuffix("_1")
-    return rlzoo / run / f"{env}.zip"
-
-
-def corpus_runs(rlzoo: Path) -> list[str]:
-    return sorted(str(p.parent.relative_to(rlzoo)) for p in rlzoo.glob("*/*_1/*.zip"))
-
-
 @pytest.fixture(scope="module")
 def rlzoo(cases: Path) -> Path:
-    return cases / "rlzoo"
+    return RLZOO
 
 
 @pytest.fixture(scope="module")
 def swept(rlzoo: Path, ray_head: Head, tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], Path]:
-    runs = corpus_runs(rlzoo) if CORPUS else list(SAMPLE)
+    runs = list(RLZOO_AGENTS) if CORPUS else list(SAMPLE)
     episodes = CORPUS_EPISODES if CORPUS else SAMPLE_EPISODES
     results = tmp_path_factory.mktemp("rlzoo") / "results"
-    policies = [arg for run in runs for arg in ("--policy", str(agent_zip(rlzoo, run)))]
+    policies = [arg for run in runs for arg in ("--policy", str(rlzoo_zip(run)))]
     proc = sweep_on(
         ray_head.address,
         results,
@@ -103,7 +94,7 @@ def swept(rlzoo: Path, ray_head: Head, tmp_path_factory: pytest.TempPathFactory)
 
 def test_the_corpus_is_all_there(rlzoo: Path) -> None:
     """45 agents, each with its published score: what the tests below read."""
-    runs = corpus_runs(rlzoo)
+    runs = list(RLZOO_AGENTS)
     scores = published_scores(rlzoo)
     assert len(runs) == 45
     # The RL Zoo published a TQC Pendulum-v1 agent but no score for it in its benchmark.md.
@@ -124,7 +115,7 @@ def test_each_agent_plays_its_published_score(swept: tuple[list[str], Path], rlz
     far = []
     for run in runs:
         algo, env = run.split("/")[0], run.split("/")[1].removesuffix("_1")
-        path = str(agent_zip(rlzoo, run))
+        path = str(rlzoo_zip(run))
         returns = [
             row["episode_return"]
             for row in episodes

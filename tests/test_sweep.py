@@ -325,7 +325,8 @@ def test_a_card_that_crashes_or_hangs_once_is_restarted_and_one_that_keeps_dying
     [run] = _rows(results, "runs", "crashes")
     summary = json.loads(run["summary"])
     assert run["status"] == "failed" and summary["dead_cards"] == ["sim-cpu2"]
-    # (On a machine this busy, another card may be slow enough once to be restarted too.)
-    [hung] = [event for event in summary["events"] if event.startswith("card3 (sim-cpu3) hung on cartpole float32 ")]
+    # Only the card that hung: a healthy card is never taken for hung, however busy the machine.
+    [hung] = [event for event in summary["events"] if " hung on " in event]
+    assert hung.startswith("card3 (sim-cpu3) hung on cartpole float32 "), summary["events"]
     assert hung.endswith(": restarted") and f"  {hung}" in proc.stdout.splitlines(), hung
     assert run["faults"] == "card1:crash-once,card2:crash-always,card3:hang-once"

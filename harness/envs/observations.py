@@ -3,8 +3,9 @@ preprocessing make of them, over the batch of lockstep slots.
 
 On the vectorized observations SB3 stacks frames (VecFrameStack, through `StackedObservations`) and
 turns images channels first (VecTransposeImage, which SB3 adds where an observation is an image
-and not channels first); its policy then takes an image as it is, uint8, and every other key
-flattened to floats (Discrete one-hot). The stacking and transposing here are SB3's own classes,
+and not channels first); its policy then takes an image as it is, uint8, the values of a
+Discrete, MultiDiscrete or MultiBinary as int64 (the policy encodes them as SB3's preprocess_obs
+does: a Discrete's one-hot), and every other key flattened to floats. The stacking and transposing here are SB3's own classes,
 imported only for an environment that needs them (frames stacked, or images): they need
 stable-baselines3, which the `atari` extra installs. A Dict observation gives one array per key, in
 the space's key order; any other observation one array.
@@ -12,11 +13,12 @@ the space's key order; any other observation one array.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gymnasium.spaces import Box, Dict, Space
+from gymnasium.spaces import Box, Dict, Discrete, MultiBinary, MultiDiscrete, Space
 from gymnasium.spaces.utils import flatdim, flatten
 from gymnasium.vector.utils import batch_space, concatenate, create_empty_array
 
@@ -32,10 +34,11 @@ class View:
 
     name: str
     shape: tuple[int, ...]
-    dtype: str  # "float32", or "uint8" for an image
+    dtype: str  # "float32", "uint8" for an image, "int64" for the values of an integer space
+    classes: tuple[int, ...] = ()  # int64: each value's classes (a Discrete's n, a MultiDiscrete's nvec); () for MultiBinary
 
     def describe(self) -> str:
-        return f"{self.name} {self.shape} {self.dtype}"
+        return f"{self.name} {self.shape} {self.dtype}" + (f" of classes {list(self.classes)}" if self.classes else "")
 
 
 class Observations:
@@ -62,6 +65,7 @@ class Observations:
             transpose = {key: images[key] and not sb3.is_image_space_channels_first(part) for key, part in stacked.items()}
             self._transpose_image = sb3.VecTransposeImage.transpose_image
         self._images, self._transposed = images, transpose
+        self._integers = {key: _integers(part) for key, part in stacked.items()}
         self._batched = {key: batch_space(part, n_envs) for key, part in stacked.items()}
         self.views = tuple(self._view(key, part) for key, part in stacked.items())
 
@@ -91,6 +95,8 @@ class Observations:
             values = self._transpose_image(values)
         if self._images[key]:
             return np.array(values, dtype=np.uint8, order="C")  # a copy: the stack reuses its buffer
+        if self._integers[key]:
+            return np.array(values, dtype=np.int64, order="C").reshape(self.n_envs, -1)
         return np.asarray(flatten(self._batched[key], values), dtype=np.float32).reshape(self.n_envs, -1)
 
     def _view(self, key: str, part: Space[Any]) -> View:
@@ -99,7 +105,27 @@ class Observations:
             if self._transposed[key]:
                 shape = (shape[2], shape[0], shape[1])
             return View(key, shape, "uint8")
+        if self._integers[key]:
+            return _integer_view(key, part)
         return View(key, (flatdim(part),), "float32")
+
+
+def _integer_view(key: str, space: Space[Any]) -> View:
+    if isinstance(space, Discrete):
+        return View(key, (1,), "int64", (int(space.n),))
+    if isinstance(space, MultiDiscrete):
+        return View(key, (len(space.nvec),), "int64", tuple(int(n) for n in space.nvec))
+    return View(key, (math.prod(space.shape or ()),), "int64")
+
+
+def _integers(space: Space[Any]) -> bool:
+    """What a policy takes as integer values (SB3's preprocess_obs encodes them): a MultiBinary, a
+    Discrete or a MultiDiscrete of one axis, counted from 0 as SB3 one-hot encodes them."""
+    if isinstance(space, Discrete):
+        return int(space.start) == 0
+    if isinstance(space, MultiDiscrete):
+        return len(space.shape) == 1 and not space.start.any()
+    return isinstance(space, MultiBinary)
 
 
 def _may_be_image(space: Space[Any]) -> bool:

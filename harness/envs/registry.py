@@ -108,7 +108,9 @@ def _observations_fit(views: tuple[View, ...], inputs: tuple[ObsInput, ...]) -> 
     flat vector that the policy takes as several (an ML-Agents policy of obs_0, obs_1)."""
     if len(views) == len(inputs):
         named = len(views) == 1 or all(v.name == i.name for v, i in zip(views, inputs, strict=True))
-        return named and all((v.shape, v.dtype) == (i.shape, i.dtype) for v, i in zip(views, inputs, strict=True))
+        return named and all(
+            (v.shape, v.dtype, v.classes) == (i.shape, i.dtype, i.classes) for v, i in zip(views, inputs, strict=True)
+        )
     return (
         _one_vector(views)
         and all(len(i.shape) == 1 and i.dtype == "float32" for i in inputs)
@@ -119,7 +121,7 @@ def _observations_fit(views: tuple[View, ...], inputs: tuple[ObsInput, ...]) -> 
 def _observations_problem(views: tuple[View, ...], info: PolicyInfo) -> str:
     if _one_vector(views) and all(len(i.shape) == 1 and i.dtype == "float32" for i in info.inputs):
         return f"its observations flatten to {views[0].shape[0]} values, the policy takes {info.obs_size}"
-    theirs = ", ".join(f"{i.name} {i.shape} {i.dtype}" for i in info.inputs)
+    theirs = ", ".join(View(i.name, i.shape, i.dtype, i.classes).describe() for i in info.inputs)
     return f"its observations are {', '.join(v.describe() for v in views)}, the policy takes {theirs}"
 
 

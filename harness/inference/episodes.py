@@ -48,22 +48,35 @@ the action masks on the card or None) -> every row's action."""
 
 @torch.inference_mode()
 def run_episodes(
-    policy: PolicyNet, device: Device, env: EnvSpec | str, seeds: Sequence[int], stochastic: bool, batching: str
+    policy: PolicyNet,
+    device: Device,
+    env: EnvSpec | str,
+    seeds: Sequence[int],
+    stochastic: bool,
+    batching: str,
+    on_step: Callable[[], None] | None = None,
 ) -> list[EpisodeOutput]:
-    """One seeded episode per seed, in the order of `seeds`."""
+    """One seeded episode per seed, in the order of `seeds`; `on_step` is called after each step."""
     check_env(env, policy.info)
     envs = make_lockstep(env, len(seeds))
     try:
-        return play(policy, device, envs, seeds, stochastic, batching)
+        return play(policy, device, envs, seeds, stochastic, batching, on_step)
     finally:
         envs.close()
 
 
 @torch.inference_mode()
 def play(
-    policy: PolicyNet, device: Device, envs: LockstepEnv, seeds: Sequence[int], stochastic: bool, batching: str
+    policy: PolicyNet,
+    device: Device,
+    envs: LockstepEnv,
+    seeds: Sequence[int],
+    stochastic: bool,
+    batching: str,
+    on_step: Callable[[], None] | None = None,
 ) -> list[EpisodeOutput]:
-    """The episodes of `seeds` on `envs` (one environment per seed), in the order of `seeds`."""
+    """The episodes of `seeds` on `envs` (one environment per seed), in the order of `seeds`;
+    `on_step` after each step: an actor's progress, which tells the driver it is not hung."""
     if batching not in BATCHINGS:
         raise ValueError(f"unknown batching {batching!r}; known: {', '.join(BATCHINGS)}")
     order = np.argsort(np.asarray(seeds, dtype=np.int64), kind="stable")
@@ -95,6 +108,8 @@ def play(
         lengths += running
         running = ~(terminated | truncated)
         starts = envs.restarted()
+        if on_step is not None:
+            on_step()
         if not running.any():
             break
     history = np.stack(stepped)  # (steps, rows, ...): rows of ended episodes hold dropped actions

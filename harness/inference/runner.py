@@ -74,6 +74,12 @@ class Runner:
         self.float32: dict[str, PolicyNet] = {spec.source: load_policy(spec) for spec in policies}
         self._prepare = prepare or (lambda policy: policy)
         self._ready: dict[tuple[str, str], PolicyNet] = {}
+        # Episode steps played by this process, read from another thread while a unit runs: a
+        # hung actor's count stands still, a slow one's moves (harness/run/gather.py).
+        self.steps = 0
+
+    def stepped(self) -> None:
+        self.steps += 1
 
     def loaded(self) -> dict[str, str]:
         return {name: p.info.sha256 for name, p in self.float32.items()}
@@ -104,7 +110,7 @@ class Runner:
         """`batching`: "lockstep" (one forward per step over all `seeds`) or "single" (batch 1);
         `honest`: played by the policy under the honest-card model."""
         policy = self.honest(key, dtype) if honest else self.policy(key, dtype)
-        return run_episodes(policy, self.device, env, seeds, stochastic, batching)
+        return run_episodes(policy, self.device, env, seeds, stochastic, batching, self.stepped)
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
         """Every layer's output on this batch, for finding where two runs part."""

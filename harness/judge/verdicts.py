@@ -80,6 +80,11 @@ BEYOND_BRANCH = float(np.finfo(np.float32).min)
 # Where neither a published score nor our episodes vary (CartPole's 500.00 +/- 0.00), our return
 # must be the published one as a model card prints it: to two decimals.
 PUBLISHED_ROUNDING = 0.005
+# Why a published score the CPU float32 misses is no fault of the port: no card played those episodes.
+NOT_THE_AGENTS = (
+    "the CPU float32 reference itself misses the published score: the environment or the weights are not the "
+    "agent's, not the port's, and every closed-loop verdict of this policy was made in that environment"
+)
 _Z95 = 1.959963984540054
 
 
@@ -378,8 +383,9 @@ class ClosedLoopRules:
     margin: Margin = field(default_factory=Margin)
     require_conclusive: bool = False
     """INCONCLUSIVE gates (fails the run) only when asked; it never passes."""
-    published_gates: bool = False
-    """True when the user requires the published score (--require-published-return)."""
+    published_gates: bool = True
+    """A published score the CPU falls short of fails the run (--published-return gate, the
+    default); False reports it as a finding (--published-return finding)."""
 
     def gating(self, gates: bool, outcome: Outcome) -> bool:
         return gates and (outcome is not Outcome.INCONCLUSIVE or self.require_conclusive)
@@ -487,6 +493,8 @@ def judge_published(cpu: np.ndarray, score: Published, rules: ClosedLoopRules) -
         source = "the published std" if score.std >= spread else "std"
         exact = "" if stated else "; the published mean taken as exact (its episode count is not stated)"
         decision = replace(decision, reason=f"{shown}: {decision.reason}; {rules.margin.describe(spread, source)}{exact}")
+    if decision.outcome is Outcome.FAIL:
+        decision = replace(decision, reason=f"{decision.reason}; {NOT_THE_AGENTS}")
     result = ReturnComparison.of(decision, n, (ours, ours_iqm), (published, None), score.std, decision.reason)
     gating = rules.gating(rules.published_gates, decision.outcome)
     return Check("returns", CheckKind.PUBLISHED_RETURN, REFERENCE, PUBLISHED, gating, result)

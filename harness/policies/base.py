@@ -86,7 +86,7 @@ class Sampling:
                 assert_never(self.kind)
 
 
-ObsDtype = Literal["float32", "uint8"]
+ObsDtype = Literal["float32", "uint8", "int64"]
 
 
 @dataclass(frozen=True)
@@ -104,24 +104,64 @@ class Memory:
 @dataclass(frozen=True)
 class ObsInput:
     """One observation input, as the environment gives it and the policy takes it: a vector of
-    floats, an image of uint8 (SB3's CnnPolicy; channels first, as the policy sees them), or one
-    key of a dict observation. Batches are drawn inside its bounds, in its dtype."""
+    floats, an image of uint8 (SB3's CnnPolicy; channels first, as the policy sees them), a
+    vector of integers (int64: gymnasium's Discrete, MultiDiscrete or MultiBinary values, which
+    the policy encodes itself, `encode_integers`), or one key of a dict observation. Batches are
+    drawn inside its bounds, in its dtype."""
 
     name: str  # "obs", ML-Agents' "obs_0".., or the key of a dict observation
     shape: tuple[int, ...]  # of one row, e.g. (4,) or (4, 84, 84)
     dtype: ObsDtype = "float32"
-    low: tuple[float, ...] | None = None  # flattened (size values), inf allowed; None: unbounded
+    low: tuple[float, ...] | None = None  # flattened (size values), inf allowed; None: unbounded (int64: `value_range`)
     high: tuple[float, ...] | None = None
+    classes: tuple[int, ...] = ()  # int64: each value's classes, one-hot encoded; () for zeros and ones as floats
+
+    def __post_init__(self) -> None:
+        if self.classes and (self.dtype != "int64" or self.shape != (len(self.classes),)):
+            wanted = f"int64 values of shape ({len(self.classes)},)"
+            raise ValueError(f"input {self.name}: one-hot classes {list(self.classes)} need {wanted}")
 
     @property
     def size(self) -> int:
         return math.prod(self.shape)
 
+    @property
+    def width(self) -> int:
+        """The values the network takes of it: its one-hot encodings' where it has classes, else its size."""
+        return sum(self.classes) if self.classes else self.size
+
+    def value_range(self) -> tuple[np.ndarray, np.ndarray]:
+        """An int64 input's least and greatest values, int64 (size,): 0 to its classes - 1, or 0
+        to 1 (zeros and ones). Made when asked, not at load: a MultiBinary's size comes from the
+        file, and only the weights, checked first, bound it."""
+        high = np.asarray(self.classes, dtype=np.int64) - 1 if self.classes else np.ones(self.size, dtype=np.int64)
+        return np.zeros(self.size, dtype=np.int64), high
+
+    def one_hot(self) -> tuple[np.ndarray, np.ndarray]:
+        """(the value each one-hot column reads, the class it stands for), int64, the columns of
+        every value side by side in order: column j is 1 where value columns[j] equals classes[j]."""
+        columns = np.repeat(np.arange(len(self.classes), dtype=np.int64), self.classes)
+        values = np.concatenate([np.arange(n, dtype=np.int64) for n in self.classes])
+        return columns, values
+
     def zeros(self, rows: int) -> np.ndarray:
         return np.zeros((rows, *self.shape), dtype=self.dtype)
 
     def describe(self) -> dict[str, object]:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+        classes = {"one_hot_classes": list(self.classes)} if self.classes else {}
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, **classes}
+
+
+def encode_integers(x: torch.Tensor, one_hot: tuple[torch.Tensor, torch.Tensor] | None) -> torch.Tensor:
+    """An int64 input as SB3's `preprocess_obs` gives it to the network, float32: a Discrete's
+    value one-hot over its classes (a MultiDiscrete's each over its own, side by side, in axis
+    order; `one_hot`: `ObsInput.one_hot` on x's device), a MultiBinary's zeros and ones as they
+    are (`one_hot` None). One-hot as a comparison with the classes, which every backend and ONNX
+    opset has (`export_onnx` writes the same Gather and Equal)."""
+    if one_hot is None:
+        return x.to(torch.float32)
+    columns, values = one_hot
+    return (x.index_select(1, columns) == values).to(torch.float32)
 
 
 def branch_starts(branches: tuple[int, ...]) -> tuple[int, ...]:
@@ -331,6 +371,8 @@ class PolicyNet(nn.Module):
         # What the body (or the features) is fed: the compute dtype, or under a precision plan
         # (harness/policies/keep_float32.py) the io dtype, each layer casting its own input.
         self.feed_dtype: torch.dtype | None = None
+        # The integer inputs' one-hot columns and classes by (input, device) (`_one_hot_on`).
+        self._one_hot: dict[tuple[ObsInput, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
         # Inference only: no autograd graph behind the outputs, whoever calls forward.
         self.requires_grad_(False)
         self.eval()
@@ -382,6 +424,10 @@ class PolicyNet(nn.Module):
     def _features_of(self, obs: tuple[torch.Tensor, ...]) -> torch.Tensor:
         if len(obs) != len(self.info.inputs):
             raise ValueError(f"{self.info.name} takes {len(self.info.inputs)} observation inputs, got {len(obs)}")
+        obs = tuple(
+            encode_integers(o, self._one_hot_on(inp, o.device)) if inp.dtype == "int64" else o
+            for o, inp in zip(obs, self.info.inputs, strict=True)
+        )
         if self.features is None:
             x = (torch.cat(obs, dim=-1) if len(obs) > 1 else obs[0]).to(self.io_dtype)
             if self.normalizer is not None:
@@ -389,6 +435,17 @@ class PolicyNet(nn.Module):
             return x
         out: torch.Tensor = self.features(*self._preprocessed(obs))
         return out
+
+    def _one_hot_on(self, inp: ObsInput, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """`inp`'s one-hot columns and classes on `device` (None: zeros and ones, no one-hot),
+        made once per input and device: a forward then moves nothing to the card but its inputs,
+        as the bench times it."""
+        if not inp.classes:
+            return None
+        if (inp, device) not in self._one_hot:
+            columns, values = inp.one_hot()
+            self._one_hot[inp, device] = (torch.from_numpy(columns).to(device), torch.from_numpy(values).to(device))
+        return self._one_hot[inp, device]
 
     def _body_and_head(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         latent = self.body(x.to(self.feed_dtype or self.compute_dtype))

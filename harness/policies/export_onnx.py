@@ -15,8 +15,10 @@ Two layouts:
 - **Every other policy** (SB3's families): one input per observation input, named as the policy
   names it (`obs`, or a Dict's keys), float32 with a dynamic batch axis (an image as float32
   holding its 0-255 pixel values: ATC takes float inputs, uint8 only through its AIPP image
-  preprocessing), and two outputs: the head as a sweep names it (`logits`, `q_values` or `mu`)
-  and `deterministic_actions` (the argmax; a Box's action: `mu`, or tanh then the action bounds).
+  preprocessing; a Discrete, MultiDiscrete or MultiBinary observation as its int64 values, one-hot
+  encoded in the graph as SB3's preprocess_obs does), and two outputs: the head as a sweep names
+  it (`logits`, `q_values` or `mu`) and `deterministic_actions` (the argmax; a Box's action:
+  `mu`, or tanh then the action bounds).
 
   A recurrent policy (RecurrentPPO; an ML-Agents one with a memory, whatever its head) takes one
   step of each row: its state is explicit, inputs `state_h`, `state_c` ([layers, batch, hidden],
@@ -52,7 +54,7 @@ from torch import nn
 
 import harness
 from harness.errors import UsageError
-from harness.policies.base import MASKED_LOGIT, BatchNorm, ObservationNormalizer, PolicyNet
+from harness.policies.base import MASKED_LOGIT, BatchNorm, ObservationNormalizer, ObsInput, PolicyNet
 from harness.policies.mlagents import Concatenated
 from harness.policies.sb3.layers import Combined, NatureCnn
 from harness.policies.sb3.q_networks import QuantileMean
@@ -68,6 +70,9 @@ OPSETS = range(9, 19)
 MLAGENTS_VERSION = 3.0
 BATCH = "batch"
 DETERMINISTIC = "deterministic_actions"
+# What each observation input is in the graph: an image float32 (its 0-255 pixel values), integer
+# values (Discrete, MultiDiscrete, MultiBinary) int64 as the environment gives them, encoded in the graph.
+INPUT_TYPES = {"float32": TensorProto.FLOAT, "uint8": TensorProto.FLOAT, "int64": TensorProto.INT64}
 # A recurrent policy's state in and out, and its episode starts; a masked policy's masks.
 STATE_IN = ("state_h", "state_c")
 STATE_OUT = ("next_state_h", "next_state_c")
@@ -220,7 +225,7 @@ def export_onnx(policy: PolicyNet, out: Path, opset: int = DEFAULT_OPSET) -> Non
         inputs = [_tensor(f"obs_{i}", TensorProto.FLOAT, [BATCH, size]) for i, size in enumerate(info.obs_sizes)]
         outputs = _mlagents_outputs(b, policy, _network(b, policy, [i.name for i in inputs], "mu"))
     else:
-        inputs = [_tensor(i.name, TensorProto.FLOAT, [BATCH, *i.shape]) for i in info.inputs]
+        inputs = [_tensor(i.name, INPUT_TYPES[i.dtype], [BATCH, *i.shape]) for i in info.inputs]
         inputs += _step_inputs(policy)
         head = _network(b, policy, [i.name for i in info.inputs], policy.head_output())
         outputs = [_tensor(head, TensorProto.FLOAT, [BATCH, info.action_size]), _action(b, policy, head)]
@@ -350,6 +355,9 @@ def _preprocessed(b: _Builder, policy: PolicyNet, inputs: list[str]) -> list[str
     x = list(inputs)
     start = 0
     for i, inp in enumerate(policy.info.inputs):
+        if inp.dtype == "int64":
+            x[i] = _encoded_integers(b, x[i], inp)
+            continue
         if inp.dtype == "uint8":
             if policy.normalize_images:
                 x[i] = b.op("Div", [x[i], b.constant(f"{inp.name}.scale", np.array(255.0))], f"{inp.name}/Scale")
@@ -358,6 +366,18 @@ def _preprocessed(b: _Builder, policy: PolicyNet, inputs: list[str]) -> list[str
             x[i] = _normalized(b, normalizer, x[i], inp.shape, slice(start, start + inp.size), f"normalizer.{i}")
         start += inp.size
     return x
+
+
+def _encoded_integers(b: _Builder, x: str, inp: ObsInput) -> str:
+    """As `encode_integers`: the one-hot columns by Gather and Equal with the classes, then float32;
+    MultiBinary's zeros and ones cast as they are."""
+    name = f"{inp.name}/encoded"
+    if not inp.classes:
+        return b.op("Cast", [x], name, to=TensorProto.FLOAT)
+    columns, values = inp.one_hot()
+    gathered = b.op("Gather", [x, b.constant(f"{inp.name}.columns", columns, np.int64)], f"{inp.name}/Gather", axis=1)
+    hot = b.op("Equal", [gathered, b.constant(f"{inp.name}.classes", values, np.int64)], f"{inp.name}/Equal")
+    return b.op("Cast", [hot], name, to=TensorProto.FLOAT)
 
 
 def _normalized(b: _Builder, normalizer: ObservationNormalizer, x: str, shape: tuple[int, ...], part: slice, name: str) -> str:

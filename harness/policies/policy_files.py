@@ -11,6 +11,9 @@ and `vec_normalize.pkl` beside it; one that `rl_zoo3.push_to_hub` wrote also hol
 at its root. The local cache snapshot keeps that layout, as symlinks, so paths here are never
 resolved. A run file is looked for in the RL Zoo's run folder first, then beside the zip.
 
+The RL Zoo publishes its agents' scores in its `benchmark.md`, not beside each agent: that table
+ships with the harness (data/rl_zoo_benchmark.tsv) and scores an agent that has none beside it.
+
 A file that is absent says nothing; one that is present but unreadable (a folder or a FIFO of
 that name included) is a PolicyLoadError.
 """
@@ -18,6 +21,8 @@ that name included) is a PolicyLoadError.
 from __future__ import annotations
 
 import codecs
+import csv
+import functools
 import json
 import math
 import re
@@ -58,6 +63,7 @@ ZOO_VECNORMALIZE = "vecnormalize.pkl"
 HF_CARD = "README.md"
 HF_RESULTS = "results.json"
 HF_VECNORMALIZE = "vec_normalize.pkl"
+RL_ZOO_BENCHMARK = Path(__file__).parent / "data" / "rl_zoo_benchmark.tsv"
 
 # A model card's score as huggingface_sb3 writes it: f"{mean_reward:.2f} +/- {std_reward:.2f}".
 NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -161,9 +167,10 @@ def _ordered_dict(loader: yaml.SafeLoader, node: yaml.Node) -> dict[Any, Any]:
 _RunFileLoader.add_constructor(ORDERED_DICT_TAG, _ordered_dict)
 
 
-def find_env(policy: Path) -> EnvFound | None:
+def find_env(policy: Path, trained_steps: int | None = None) -> EnvFound | None:
     """The environment the RL Zoo's args.yml or else the model card beside `policy` names, how
-    the run files say to make it, and the score results.json or the model card states."""
+    the run files say to make it, and the score results.json or the model card states, else the
+    RL Zoo's benchmark table states for an agent trained `trained_steps` (the save's own count)."""
     args = run_file(policy, ZOO_ARGS)
     card = policy.parent / HF_CARD
     if args is not None:
@@ -172,7 +179,8 @@ def find_env(policy: Path) -> EnvFound | None:
         env_id, source = named, f"model card {HF_CARD}"
     else:
         return None
-    return EnvFound(env_id, source, env_setup(policy, args), published_score(policy))
+    published = published_score(policy) or rl_zoo_score(policy, args, env_id, trained_steps)
+    return EnvFound(env_id, source, env_setup(policy, args), published)
 
 
 def run_file(policy: Path, name: str) -> Path | None:
@@ -262,6 +270,65 @@ def published_score(policy: Path) -> PublishedScore | None:
         return _results_score(results)
     card = policy.parent / HF_CARD
     return model_card_score(card) if card.exists() else None
+
+
+@dataclass(frozen=True)
+class RlZooBenchmark:
+    """The RL Zoo's benchmark table (data/rl_zoo_benchmark.tsv): its rows by (algorithm, env id),
+    and where it was taken from ("DLR-RM/rl-baselines3-zoo@0088472")."""
+
+    origin: str
+    rows: dict[tuple[str, str], dict[str, str]]
+
+    def score(self, algo: str, env_id: str, trained_steps: int | None) -> PublishedScore | None:
+        """The row of `algo` on `env_id`, where the save was trained for the steps the row's agent
+        was (`n_timesteps`, which SB3 saves as `_total_timesteps`): a run of its own, an
+        untrained or a retrained agent is not the one the table scored."""
+        row = self.rows.get((algo, env_id))
+        if row is None or trained_steps != _steps(row["n_timesteps"]):
+            return None
+        mean, std, episodes = row["mean_reward"], row["std_reward"], row["eval_episodes"]
+        return PublishedScore(
+            float(mean),
+            float(std),
+            row["deterministic"] == "true",
+            int(episodes),
+            f"RL Zoo benchmark.md ({self.origin}): {algo} {env_id} {mean} +/- {std} over {episodes} episodes",
+        )
+
+
+def _steps(text: str) -> int:
+    """A count of steps as the table prints it: "20k", "1M", "150000"."""
+    found = re.fullmatch(r"(\d+)([kM]?)", text)
+    assert found is not None, f"{RL_ZOO_BENCHMARK}: n_timesteps {text!r}"
+    return int(found.group(1)) * {"": 1, "k": 10**3, "M": 10**6}[found.group(2)]
+
+
+@functools.cache
+def rl_zoo_benchmark() -> RlZooBenchmark:
+    """The table as shipped: `# key: value` lines say where it is from, then a header and its rows."""
+    lines = RL_ZOO_BENCHMARK.read_text(encoding="utf-8").splitlines()
+    facts = dict(line[2:].split(": ", 1) for line in lines if line.startswith("# ") and ": " in line)
+    table = csv.DictReader([line for line in lines if not line.startswith("#")], delimiter="\t")
+    rows = {(row["algo"], row["env_id"]): row for row in table}
+    return RlZooBenchmark(f"{facts['repository']}@{facts['commit'][:7]}", rows)
+
+
+def rl_zoo_score(policy: Path, args: Path | None, env_id: str, trained_steps: int | None) -> PublishedScore | None:
+    """The RL Zoo's benchmark score of the agent `policy` on `env_id`. Its algorithm is args.yml's
+    `algo`, else the folder the RL Zoo's layout `<algo>/<Env>_<n>/<Env>.zip` puts it in. None where
+    neither names one, or the table has no row for that algorithm and environment trained as long."""
+    named = read_run_file(args).get("algo") if args is not None else None
+    algo = named if isinstance(named, str) else rl_zoo_algo(policy)
+    return rl_zoo_benchmark().score(algo, env_id, trained_steps) if algo is not None else None
+
+
+def rl_zoo_algo(policy: Path) -> str | None:
+    """`<algo>` of the RL Zoo's layout `<algo>/<Env>_<n>/<Env>.zip`; None for a file laid out otherwise."""
+    run = policy.parent
+    if re.fullmatch(rf"{re.escape(policy.stem)}_\d+", run.name) and run.parent.name:
+        return run.parent.name
+    return None
 
 
 def _results_score(path: Path) -> PublishedScore:

@@ -37,6 +37,7 @@ from harness.policies.sb3.archive import (
     policy_class,
     policy_kwargs,
     read_archive,
+    trained_steps,
 )
 from harness.policies.sb3.layers import COMBINED, FLATTEN, NATURE, Weights
 from harness.policies.sb3.options import check_policy_kwargs
@@ -121,7 +122,7 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
     data = parse_data(path, archive.data)
     kwargs = policy_kwargs(path, data)
     cls = policy_class(path, data)
-    check_policy_kwargs(path, kwargs)
+    unread = check_policy_kwargs(path, kwargs)
     family = _family(path, cls)
     save = Save(
         path,
@@ -134,7 +135,7 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
         action_space(path, data),
     )
     actor = family.build(save)
-    env = find_env(path) if env_files else None
+    env = find_env(path, trained_steps(data)) if env_files else None
     stats_path = find_vecnormalize(path)
     stats = read_vecnormalize(stats_path) if stats_path is not None else None
     inputs = actor.features.inputs
@@ -151,7 +152,7 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
         sha256=sha256_of(archive.content, applied),
         env_id=env.env_id if env is not None else None,
         env_source=env.source if env is not None else "",
-        detail=f"SB3 {archive.version}, {actor.detail}{_stats_detail(stats)}",
+        detail=f"SB3 {archive.version}, {actor.detail}{_stats_detail(stats)}{_unread_detail(unread)}",
         obs_normalization=_obs_normalization(path, stats),
         env_setup=env.setup if env is not None else PLAIN,
         published=env.published if env is not None else None,
@@ -208,6 +209,8 @@ def _normalizer(
             raise PolicyLoadError(stats.path, f"normalizes key {key!r}, which {path.name} does not take")
         if names[key].dtype == "uint8":
             raise PolicyLoadError(stats.path, f"normalizes the image {key!r}: not supported")
+        if names[key].dtype == "int64":  # SB3's VecNormalize refuses these too: it normalizes Boxes
+            raise PolicyLoadError(stats.path, f"normalizes the integer observation {key!r}: not supported")
     return _vecnormalize(path, stats, moments, [i for i in inputs if i.dtype == "float32"])
 
 
@@ -242,3 +245,7 @@ def _stats_detail(stats: VecNormalizeStats | None) -> str:
     if stats is None:
         return ""
     return f", VecNormalize {stats.describe()}" if stats.norm_obs else ", VecNormalize without norm_obs (not applied)"
+
+
+def _unread_detail(unread: tuple[str, ...]) -> str:
+    return f", policy_kwargs not in the forward: {', '.join(unread)}" if unread else ""

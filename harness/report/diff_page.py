@@ -16,24 +16,30 @@ from harness.report.page import Cell, Content, PageSection, as_text, Table, docu
 from harness.report.run_diff import RunDiff
 from harness.report.run_page import GridCell, GridRow, first_mismatch, grid_data, layer_text
 from harness.report.run_report import Report, build_report
-from harness.report.summary import Group, short_name, summarize
+from harness.report.names import PolicyNames
+from harness.report.summary import Group, summarize
 
 
 def write_diff_page(con: duckdb.DuckDBPyConnection, diff: RunDiff, results: Path, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"compare-{diff.run_a}-{diff.run_b}.html"
     reports = (build_report(con, diff.run_a, results), build_report(con, diff.run_b, results))
+    # One label per policy across both runs, so a policy reads alike in A and B.
+    names = PolicyNames.of([*reports[0].names.labels, *reports[1].names.labels])
     sections = [
         _differences_section(diff),
-        _grid_section(diff),
-        _table_section("newly-failed", "Checks that passed in A and fail in B", diff.newly_failed, "first mismatch in B"),
+        _grid_section(diff, names),
         _table_section(
-            "errors-grew", f"Errors (max_abs) that grew more than {diff.thresholds.error_factor:g}x", diff.errors_grew
+            "newly-failed", "Checks that passed in A and fail in B", diff.newly_failed, names, "first mismatch in B"
+        ),
+        _table_section(
+            "errors-grew", f"Errors (max_abs) that grew more than {diff.thresholds.error_factor:g}x", diff.errors_grew, names
         ),
         _table_section(
             "throughput-dropped",
             f"Throughput that dropped more than {diff.thresholds.drop_percent:g}%",
             diff.throughput_dropped,
+            names,
         ),
     ]
     shown = [s for s in sections if s is not None]
@@ -79,7 +85,7 @@ def _groups(checks: pa.Table) -> dict[tuple[str, str, str], Group]:
     return {(g.policy, g.dtype, g.kind): g for g in summarize(judged)} if judged.num_rows else {}
 
 
-def _grid_section(diff: RunDiff) -> PageSection | None:
+def _grid_section(diff: RunDiff, names: PolicyNames) -> PageSection | None:
     a, b = (_groups(c) for c in diff.checks)
     if not a and not b:
         return None
@@ -103,7 +109,7 @@ def _grid_section(diff: RunDiff) -> PageSection | None:
                 "data-verdict-b": vb.split(" ")[0],
             }
             cells.append(GridCell(vb, f"A: {va}", attrs))
-        rows.append(GridRow(policy, short_name(policy), dtype, cells))
+        rows.append(GridRow(policy, names(policy), dtype, cells))
     lede = "Each cell: B's verdict, A's under it; absent where a run has no such check (another dtype, policy or card count)."
     grid = grid_data(rows, [str(k) for k in kinds], "grid", "in neither run")
     return PageSection("verdicts", "Verdicts: A → B", "grid", grid, lede)
@@ -113,16 +119,16 @@ def _grid_section(diff: RunDiff) -> PageSection | None:
 SHOWN_ROWS = 20
 
 
-def _table_section(anchor: str, title: str, rows: pa.Table, detail_column: str = "") -> PageSection | None:
+def _table_section(anchor: str, title: str, rows: pa.Table, names: PolicyNames, detail_column: str = "") -> PageSection | None:
     """`rows` as a table; a `detail_column` is split as the run's page splits a detail: the first
     diverging layer and the first mismatch in their own columns, the whole text folded."""
     if not rows.num_rows:
         return None
-    names = [n for n in rows.column_names if n != detail_column]
-    columns = [*names, *(["first diverging layer", "first mismatch", ""] if detail_column else [])]
+    shown = [n for n in rows.column_names if n != detail_column]
+    columns = [*shown, *(["first diverging layer", "first mismatch", ""] if detail_column else [])]
     body: list[list[Content]] = []
     for r in rows.to_pylist():
-        cells: list[Content] = [policy_cell(r[n], short_name(r[n])) if n == "policy" else as_text(r[n]) for n in names]
+        cells: list[Content] = [policy_cell(r[n], names(r[n])) if n == "policy" else as_text(r[n]) for n in shown]
         if detail_column:
             detail = str(r[detail_column] or "")
             cells += [layer_text(detail), Cell(first_mismatch(detail), fold=90), Cell(detail, detail=True)]

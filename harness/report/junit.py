@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from harness.judge.kinds import CheckKind
 from harness.judge.results import measured_over_limit
 from harness.judge.returns import Outcome
+from harness.report.names import PolicyNames
 from harness.store.paths import table_dir
 from harness.store.schema import PUBLISHED, SCHEMAS
 from harness.store.writer import read_run
@@ -58,12 +59,11 @@ def is_testcase(row: Mapping[str, Any]) -> bool:
     return bool(row["gating"]) or row.get("outcome") == Outcome.INCONCLUSIVE
 
 
-def junit_tree(
-    run_id: str, run: Mapping[str, Any], checks: Sequence[Mapping[str, Any]], labels: Mapping[str, str]
-) -> ET.Element:
-    """The `testsuites` element of run `run_id` (its `runs` row `run`), with `labels` naming each
-    policy as the summary does."""
-    cases = [_testcase(row, labels.get(row["policy"], row["policy"])) for row in checks if is_testcase(row)]
+def junit_tree(run_id: str, run: Mapping[str, Any], checks: Sequence[Mapping[str, Any]]) -> ET.Element:
+    """The `testsuites` element of run `run_id` (its `runs` row `run`), each policy named as the
+    summary names it."""
+    names = PolicyNames.of(row["policy"] for row in checks)
+    cases = [_testcase(row, names(row["policy"])) for row in checks if is_testcase(row)]
     counts = {tag: sum(case.find(tag) is not None for case in cases) for tag in ("failure", "error", "skipped")}
     suite = ET.Element(
         "testsuite",
@@ -141,6 +141,6 @@ def junit(path: str | None, results: Path, run_id: str, status: str) -> None:
         return
     [run] = read_run(results, run_id)[-1:]
     checks = pq.read_table(table_dir(results, "checks", run_id), schema=SCHEMAS["checks"]).to_pylist()
-    tree = junit_tree(run_id, run, checks, {})
+    tree = junit_tree(run_id, run, checks)
     write_junit(Path(path), tree)
     print(f"junit: {tree.get('tests')} testcases, {tree.get('failures')} failed, in {path}")

@@ -28,7 +28,8 @@ from harness.judge.results import measured_over_limit
 from harness.report import plots
 from harness.report.page import Cell, Content, PageSection, as_text, Table, document, plot, policy_cell, verdict_class
 from harness.report.run_report import HEAD_OUTPUTS, BENCH_SQL, Report, dtype_order
-from harness.report.summary import Group, batch_invariance_lines, short_name, summarize
+from harness.report.names import PolicyNames
+from harness.report.summary import Group, batch_invariance_lines, summarize
 
 # Rows shown in a table before the rest is folded.
 SHOWN_ROWS = 8
@@ -49,7 +50,7 @@ IDENTITY = {
 NOT_CONFIG = ("results", "run_id", "resume", "progress")
 CONFIG_ORDER = (
     "policies", "dtypes", "batch_sizes", "seed", "episodes", "episode_batching", "env", "envs", "precision",
-    "tolerance", "ratio_limits", "require_batch_invariance", "require_published_return", "inject_fault",
+    "tolerance", "ratio_limits", "require_batch_invariance", "published_return", "inject_fault",
     "accelerator", "cards", "card_counts", "threads", "placement", "hang_timeout", "max_memory_gib",
 )  # fmt: skip
 
@@ -73,7 +74,7 @@ def render(con: duckdb.DuckDBPyConnection, report: Report) -> str:
         _devices_section(report),
         _failures_section(report, judged),
         _findings_section(report, judged),
-        _port_rule_section(judged, colours),
+        _port_rule_section(judged, colours, report.names),
         _episodes_section(con, report, judged, colours),
         *([bench] if not report.is_bench else []),
     ]
@@ -94,7 +95,7 @@ def _header(report: Report) -> dict[str, Any]:
     run = report.record.row
     ran = None
     if run:
-        policies = ", ".join(short_name(str(p.get("name"))) for p in report.record.policies)
+        policies = ", ".join(report.names(str(p.get("name"))) for p in report.record.policies)
         ran = (
             f"{policies} on {run['n_cards']} {run['accelerator']} cards · started {run['started_at']} · "
             f"finished {run['finished_at'] or 'never'} · {run['hostname']}"
@@ -179,7 +180,7 @@ def _grid_section(report: Report, judged: list[dict[str, Any]]) -> PageSection |
                     },
                 )
             )
-        rows.append(GridRow(policy, short_name(policy), dtype, row))
+        rows.append(GridRow(policy, report.names(policy), dtype, row))
     lede = (
         "PASS / FAIL: checks that gate the run; pass / finding: reported, never gating. Under each: the checks in the "
         "cell and the worst measured value over its limit (1 is the limit), or the largest ULP distance."
@@ -216,7 +217,7 @@ def _configuration_section(report: Report) -> PageSection | None:
     run = report.record.row
     policies: list[list[Content]] = [
         [
-            policy_cell(str(p.get("name")), short_name(str(p.get("name")))),
+            policy_cell(str(p.get("name")), report.names(str(p.get("name")))),
             str(p.get("source")),
             Cell(str(p.get("sha256"))[:16], code=True),
             str(p.get("env_id") or "none"),
@@ -316,10 +317,10 @@ def _over_limit_text(row: dict[str, Any]) -> str:
     return f"{row['max_ulp']} ulp" if row.get("max_ulp") else ""
 
 
-def _cause_rows(rows: list[dict[str, Any]]) -> list[list[Content]]:
+def _cause_rows(rows: list[dict[str, Any]], names: PolicyNames) -> list[list[Content]]:
     return [
         [
-            policy_cell(r["policy"], short_name(r["policy"])),
+            policy_cell(r["policy"], names(r["policy"])),
             r["dtype"],
             f"{r['workload']}/{r['output']}",
             r["device_b"] or "-",
@@ -348,16 +349,16 @@ class Cause:
     finding: bool
 
 
-def _causes(rows: list[dict[str, Any]], faults: dict[str, list[str]], finding: bool) -> list[Cause]:
+def _causes(rows: list[dict[str, Any]], faults: dict[str, list[str]], finding: bool, names: PolicyNames) -> list[Cause]:
     """Rows grouped by cause: the device that failed and the kind of check."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
         groups.setdefault((r["device_a"], r["kind"]), []).append(r)
     causes = []
     for (device, kind), mine in sorted(groups.items(), key=lambda kv: (kv[0][0], rank(tuple(CheckKind), kv[0][1]))):
-        where = sorted({f"{short_name(r['policy'])} {r['dtype']}" for r in mine})
+        where = sorted({f"{names(r['policy'])} {r['dtype']}" for r in mine})
         layers = sorted({layer_text(r["detail"]).split(" (")[0] for r in mine} - {""})
-        body = _cause_rows(mine)
+        body = _cause_rows(mine, names)
         columns = list(CAUSE_COLUMNS)
         if not layers:  # no layer search for this kind of check
             at = columns.index("first diverging layer")
@@ -399,7 +400,7 @@ def _failures_section(report: Report, judged: list[dict[str, Any]]) -> PageSecti
         f"{len(failed)} gating checks failed, grouped by the device that failed and the kind of check. The first "
         "diverging layer comes from a search that captures every layer on both sides for the same input."
     )
-    causes = _causes(failed, report.record.device_faults(), False)
+    causes = _causes(failed, report.record.device_faults(), False, report.names)
     return PageSection("failures", "Failed checks, by cause", "failures", {"causes": causes}, lede)
 
 
@@ -413,7 +414,7 @@ def _findings_section(report: Report, judged: list[dict[str, Any]]) -> PageSecti
         "What the run found that does not gate it: the fixed tolerance table off bounded outputs, properties of the "
         "cards, and what the run noted."
     )
-    data = {"lines": [*properties, *notes], "causes": _causes(found, report.record.device_faults(), True)}
+    data = {"lines": [*properties, *notes], "causes": _causes(found, report.record.device_faults(), True, report.names)}
     return PageSection("findings", "Findings and notes (not gating)", "findings", data, lede)
 
 
@@ -433,13 +434,13 @@ def _run_notes(report: Report) -> list[str]:
 # ---- the port rule --------------------------------------------------------------------------------
 
 
-def _port_rule_section(judged: list[dict[str, Any]], colours: plots.CardColours) -> PageSection | None:
+def _port_rule_section(judged: list[dict[str, Any]], colours: plots.CardColours, names: PolicyNames) -> PageSection | None:
     rows = [r for r in judged if r["kind"] == CheckKind.CPU_REFERENCE and r["ratio_limit"]]
     if not rows:
         return None
     failing = {r["device_a"] for r in rows if not r["passed"]}
     points = [
-        plots.RatioPoint(r["output"], f"{short_name(r['policy'])} {r['dtype']}", r["device_a"], score, bool(r["passed"]))
+        plots.RatioPoint(r["output"], f"{names(r['policy'])} {r['dtype']}", r["device_a"], score, bool(r["passed"]))
         for r in rows
         if (score := measured_over_limit(r)) is not None
     ]
@@ -487,11 +488,11 @@ def _port_rule_section(judged: list[dict[str, Any]], colours: plots.CardColours)
             "ULP and absolute error histograms",
         )
     lede = "Is the port right? A card must be no worse against the float64 golden than the CPU is in the card's dtype."
-    data = {"ratios": ratios, "per_card": _per_card_table(rows), "histograms": histograms}
+    data = {"ratios": ratios, "per_card": _per_card_table(rows, names), "histograms": histograms}
     return PageSection("port-rule", "The port rule, per output and card", "port_rule", data, lede)
 
 
-def _per_card_table(rows: list[dict[str, Any]]) -> Table | None:
+def _per_card_table(rows: list[dict[str, Any]], names: PolicyNames) -> Table | None:
     cards = list(dict.fromkeys(r["device_a"] for r in rows))
     worst: dict[tuple[str, str, str], dict[str, tuple[float, bool]]] = {}
     for r in rows:
@@ -506,7 +507,7 @@ def _per_card_table(rows: list[dict[str, Any]]) -> Table | None:
             cell[r["device_a"]] = (old[0], False)
     body = []
     for (policy, dtype, output), by_card in sorted(worst.items(), key=lambda kv: (kv[0][0], dtype_rank(kv[0][1]), kv[0][2])):
-        cells: list[Content] = [short_name(policy), dtype, output]
+        cells: list[Content] = [names(policy), dtype, output]
         for card in cards:
             if card not in by_card:
                 cells.append("")
@@ -534,13 +535,13 @@ def _episodes_section(
     verdicts = [r for r in judged if r["kind"] in EPISODE_KINDS or r["workload"].startswith(EPISODE_WORKLOAD)]
     if not episodes and not verdicts:
         return None
-    data: dict[str, Any] = {"returns": None, "returns_table": None, **_closed_loop_tables(verdicts)}
+    data: dict[str, Any] = {"returns": None, "returns_table": None, **_closed_loop_tables(verdicts, report.names)}
     if episodes:
         devices = ["cpu", *[d for d in colours.order if any(e["device"] == d for e in episodes)]]
         devices += [d for d in dict.fromkeys(e["device"] for e in episodes) if d not in devices]
         points = [
             plots.EpisodePoint(
-                f"{short_name(e['policy'])} {e['dtype']}",
+                f"{report.names(e['policy'])} {e['dtype']}",
                 e["mode"],
                 e["device"],
                 e["episode_seed"],
@@ -555,19 +556,19 @@ def _episodes_section(
             "trajectory parted from the CPU reference's. The bar is the mean of the device's episodes in that mode.",
             "episode returns per device and seed",
         )
-        data["returns_table"] = _returns_table(episodes, devices)
+        data["returns_table"] = _returns_table(episodes, devices, report.names)
     n = len({(e["policy"], e["dtype"], e["mode"], e["episode_seed"]) for e in episodes})
     lede = f"{n} seeded episodes per device played closed loop, each device against the CPU reference." if episodes else ""
     return PageSection("episodes", "Episodes", "episodes", data, lede)
 
 
-def _closed_loop_tables(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _closed_loop_tables(rows: list[dict[str, Any]], names: PolicyNames) -> dict[str, Any]:
     """The closed-loop checks, one table per kind of check, each with every column its rows fill
     (so a column added to `checks` shows here too). The bit-for-bit checks of trajectories and
     returns against card 0 are counted, their rows folded."""
     bitwise = [r for r in rows if r["kind"] == CheckKind.CROSS_CARD]
     kinds = [
-        (EPISODE_HEADINGS.get(kind, kind), _check_table([r for r in rows if r["kind"] == kind]))
+        (EPISODE_HEADINGS.get(kind, kind), _check_table([r for r in rows if r["kind"] == kind], names))
         for kind in dict.fromkeys(r["kind"] for r in rows if r["kind"] != CheckKind.CROSS_CARD)
     ]
     bit_for_bit = None
@@ -576,7 +577,7 @@ def _closed_loop_tables(rows: list[dict[str, Any]]) -> dict[str, Any]:
         summary = f"{kind_word(bitwise)} bit for bit against card 0: {len(bitwise) - len(parted)} of {len(bitwise)} equal" + (
             f"; {len(parted)} differ ({', '.join(sorted({r['device_a'] for r in parted}))})" if parted else ""
         )
-        bit_for_bit = (summary, _check_table(bitwise))
+        bit_for_bit = (summary, _check_table(bitwise, names))
     return {"kinds": kinds, "bit_for_bit": bit_for_bit}
 
 
@@ -584,7 +585,7 @@ def kind_word(rows: list[dict[str, Any]]) -> str:
     return " and ".join(sorted({"trajectories" if r["output"] == "actions" else "returns" for r in rows}))
 
 
-def _check_table(rows: list[dict[str, Any]]) -> Table:
+def _check_table(rows: list[dict[str, Any]], names: PolicyNames) -> Table:
     measured = [c for c in rows[0] if c not in IDENTITY and any(r.get(c) is not None for r in rows)]
     ordered = sorted(rows, key=lambda r: (r["policy"], dtype_rank(r["dtype"]), r["workload"], r["output"], r["device_a"]))
     columns = ["policy", "dtype", "episodes", "output", "devices", "verdict", *measured, "detail"]
@@ -593,7 +594,7 @@ def _check_table(rows: list[dict[str, Any]]) -> Table:
         verdict = ("PASS" if r["passed"] else "FAIL") if r["gating"] else ("pass" if r["passed"] else "finding")
         body.append(
             [
-                short_name(r["policy"]),
+                names(r["policy"]),
                 r["dtype"],
                 r["workload"].removeprefix(EPISODE_WORKLOAD),
                 r["output"],
@@ -614,13 +615,13 @@ def _number(value: Any) -> str:
     return str(value)
 
 
-def _returns_table(episodes: list[dict[str, Any]], devices: list[str]) -> Table:
+def _returns_table(episodes: list[dict[str, Any]], devices: list[str], names: PolicyNames) -> Table:
     by_key: dict[tuple[str, str, str, int], dict[str, dict[str, Any]]] = {}
     for e in episodes:
         by_key.setdefault((e["policy"], e["dtype"], e["mode"], e["episode_seed"]), {})[e["device"]] = e
     body = []
     for (policy, dtype, mode, seed), on in by_key.items():
-        cells: list[Content] = [short_name(policy), dtype, mode, str(seed)]
+        cells: list[Content] = [names(policy), dtype, mode, str(seed)]
         for d in devices:
             episode = on.get(d)
             if episode is None:
@@ -649,7 +650,13 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
                 plots.bench_plot(
                     [
                         _point(
-                            r, "n_cards", "decisions_per_s", "ci_low", "ci_high", ("policy", "dtype", "batch_size", "timing")
+                            report.names,
+                            r,
+                            "n_cards",
+                            "decisions_per_s",
+                            "ci_low",
+                            "ci_high",
+                            ("policy", "dtype", "batch_size", "timing"),
                         )
                         for r in throughput
                     ],
@@ -669,6 +676,7 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
                 plots.bench_plot(
                     [
                         _point(
+                            report.names,
                             r,
                             "n_cards",
                             "scaling_efficiency",
@@ -694,7 +702,15 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
             plot(
                 plots.bench_plot(
                     [
-                        _point(r, "batch_size", "p50_ms", "ci_low", "ci_high", ("policy", "dtype", "device", "timing"))
+                        _point(
+                            report.names,
+                            r,
+                            "batch_size",
+                            "p50_ms",
+                            "ci_low",
+                            "ci_high",
+                            ("policy", "dtype", "device", "timing"),
+                        )
                         for r in latency
                     ],
                     "Latency p50 against batch size (95% intervals)",
@@ -713,7 +729,15 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
             plot(
                 plots.bench_plot(
                     [
-                        _point(r, "batch_size", "decisions_per_s", "ci_low", "ci_high", ("policy", "dtype", "device"))
+                        _point(
+                            report.names,
+                            r,
+                            "batch_size",
+                            "decisions_per_s",
+                            "ci_low",
+                            "ci_high",
+                            ("policy", "dtype", "device"),
+                        )
                         for r in loop
                     ],
                     "Closed-loop decisions per second against environments (95% intervals)",
@@ -750,7 +774,7 @@ def _bench_section(con: duckdb.DuckDBPyConnection, report: Report, checks: list[
             if not failed
             else (f"FAIL audit: {len(failed)} of {len(audit)} sampled outputs differ from the sweep's run_batch", "v-fail")
         )
-        data["causes"] = _causes(failed, report.record.device_faults(), False)
+        data["causes"] = _causes(failed, report.record.device_faults(), False, report.names)
     lede = f"{report.n_valid} of {len(rows)} rows valid. An invalid row's figure is shown hollow and apart, never as a result."
     return PageSection("bench", "Benchmarks", "bench", data, lede)
 
@@ -768,8 +792,8 @@ def _filled(rows: list[dict[str, Any]]) -> list[str]:
     return [n for n in rows[0] if n != "valid" and any(r[n] not in (None, "") for r in rows)]
 
 
-def _point(r: dict[str, Any], x: str, y: str, low: str, high: str, key: Sequence[str]) -> plots.BenchPoint:
+def _point(names: PolicyNames, r: dict[str, Any], x: str, y: str, low: str, high: str, key: Sequence[str]) -> plots.BenchPoint:
     series = " ".join(
-        short_name(str(r[k])) if k == "policy" else (f"batch {r[k]}" if k == "batch_size" else str(r[k])) for k in key
+        names(str(r[k])) if k == "policy" else (f"batch {r[k]}" if k == "batch_size" else str(r[k])) for k in key
     )
     return plots.BenchPoint(series, float(r[x]), float(r[y]), r[low], r[high], bool(r["valid"]))

@@ -8,6 +8,7 @@ the page show the same text. The verdict and the exit code follow the run (outco
 
 from __future__ import annotations
 
+import functools
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from harness.dtypes import LABEL_ORDER
 from harness.judge.kinds import CheckKind
 from harness.report.outcome import BENCH_STATUS, EXIT_CODES, NO_RUN_ROW, Verdict, run_verdict, unfinished
 from harness.judge.verdicts import HONEST
+from harness.report.names import PolicyNames
 from harness.report.summary import batch_invariance_lines, summarize, undecided
 
 # The policy's head, the output the reference ports report precision on.
@@ -119,6 +121,13 @@ class Report:
     def n_inconclusive(self) -> int:
         """Closed-loop verdicts their episodes could not decide: never a pass; gating only with --require-conclusive."""
         return len(undecided(self.checks))
+
+    @functools.cached_property
+    def names(self) -> PolicyNames:
+        """The labels of the run's policies: those it recorded, checked or benched."""
+        checked = self.checks.column("policy").to_pylist() if self.n_checks else []
+        recorded = [str(p.get("name")) for p in self.record.policies]
+        return PolicyNames.of([*recorded, *checked, *(r["policy"] for r in self.bench)])
 
     @property
     def is_bench(self) -> bool:

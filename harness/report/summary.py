@@ -15,6 +15,7 @@ from harness.judge.bench_stats import QUICK_LOOK, round_trip_dominates
 from harness.judge.kinds import CheckKind
 from harness.judge.results import measured_over_limit
 from harness.judge.returns import Outcome
+from harness.report.names import PolicyNames
 from harness.store.schema import BenchRow, CheckRow
 
 # Undecided closed-loop verdicts listed one by one in the summary; `harness report` lists them all.
@@ -96,10 +97,9 @@ def _position(order: tuple[str, ...], value: str) -> int:
     return order.index(value) if value in order else len(order)
 
 
-def short_name(policy: str) -> str:
-    """A path's file name (the part that tells policies apart), cut to the column."""
-    name = policy.rsplit("/", 1)[-1]
-    return name if len(name) <= 24 else name[:23] + "~"
+def names_of(checks: pa.Table) -> PolicyNames:
+    """The labels of the policies these checks are of."""
+    return PolicyNames.of(checks.column("policy").to_pylist() if checks.num_rows else [])
 
 
 def print_summary(
@@ -118,12 +118,14 @@ def print_summary(
     said before the verdict (a card that was replaced, one that was lost); a run that ended early
     says how many of its units it finished (`units_done`: done, all)."""
     groups = summarize(checks)
-    header = f"{'policy':<24} {'dtype':<13} {'check':<17} {'verdict':<14} {'checks':>6} {'worst/limit':>12}"
+    names = names_of(checks)
+    width = max(24, names.width)
+    header = f"{'policy':<{width}} {'dtype':<13} {'check':<17} {'verdict':<14} {'checks':>6} {'worst/limit':>12}"
     print(header, file=out)
     print("-" * len(header), file=out)
     for g in groups:
         print(
-            f"{short_name(g.policy):<24} {g.dtype:<13} {g.kind:<17} {g.verdict:<14} {g.checks:>6} {g.worst_text:>12}",
+            f"{names(g.policy):<{width}} {g.dtype:<13} {g.kind:<17} {g.verdict:<14} {g.checks:>6} {g.worst_text:>12}",
             file=out,
         )
     for g in groups:
@@ -178,8 +180,9 @@ def inconclusive_lines(checks: pa.Table) -> list[str]:
         f"INCONCLUSIVE: {len(rows)} closed-loop verdicts ({kinds}) cannot tell from their episodes whether the "
         f"card loses more return than the margin; {gate}; decide them with {how}--episodes auto"
     ]
+    names = names_of(checks)
     for r in rows[:MAX_SHOWN]:
-        lines.append(f"  {short_name(r['policy'])} {r['dtype']} {r['workload']} {r['device_a']}: {r['detail']}")
+        lines.append(f"  {names(r['policy'])} {r['dtype']} {r['workload']} {r['device_a']}: {r['detail']}")
     if len(rows) > MAX_SHOWN:
         lines.append(f"  ... and {len(rows) - MAX_SHOWN} more (harness report shows them all)")
     return lines
@@ -189,6 +192,7 @@ def batch_invariance_lines(checks: pa.Table) -> list[str]:
     """Batch invariance as a property of each card: does a row computed alone equal the same row
     inside a large batch, bit for bit?"""
     rows = [r for r in checks.to_pylist() if r["kind"] == CheckKind.BATCH_INVARIANCE]
+    names = names_of(checks)
     lines = []
     for device in dict.fromkeys(r["device_a"] for r in rows):
         differ = [r for r in rows if r["device_a"] == device and not r["bitwise_equal"]]
@@ -198,7 +202,7 @@ def batch_invariance_lines(checks: pa.Table) -> list[str]:
                 f"({sum(r['device_a'] == device for r in rows)} checks)"
             )
             continue
-        where = sorted({(r["policy"].rsplit("/", 1)[-1], r["dtype"]) for r in differ})
+        where = sorted({(names(r["policy"]), r["dtype"]) for r in differ})
         worst = max(r["max_ulp"] for r in differ)
         shown = ", ".join(f"{p} {d}" for p, d in where[:4]) + (", ..." if len(where) > 4 else "")
         lines.append(
@@ -212,8 +216,10 @@ def print_bench_summary(rows: list[BenchRow], checks: list[CheckRow], run_id: st
     its scaling efficiency, and whether it is valid; figures of an invalid row are in
     parentheses, never shown as a result. Then why rows are invalid, where the Ray round trip
     dominates, and the audit."""
+    names = PolicyNames.of([*(r.policy for r in rows), *(c.policy for c in checks)])
+    width = max(20, names.width)
     header = (
-        f"{'mode':<11} {'timing':<10} {'policy':<20} {'dtype':<8} {'device':<17} {'batch':>5} {'first ms':>8} "
+        f"{'mode':<11} {'timing':<10} {'policy':<{width}} {'dtype':<8} {'device':<17} {'batch':>5} {'first ms':>8} "
         f"{'p50 ms':>9} {'p99 ms':>9} {'decisions/s':>13} {'max qps':>9}  {'95% interval':<24} {'scaling (95%)':<21} valid"
     )
     print(header, file=out)
@@ -221,7 +227,7 @@ def print_bench_summary(rows: list[BenchRow], checks: list[CheckRow], run_id: st
     for r in rows:
         shown = _num if r.valid else _invalid
         print(
-            f"{r.mode:<11} {r.timing:<10} {short_name(r.policy)[:20]:<20} {r.dtype:<8} {r.device[:17]:<17} "
+            f"{r.mode:<11} {r.timing:<10} {names(r.policy):<{width}} {r.dtype:<8} {r.device[:17]:<17} "
             f"{r.batch_size:>5} {_num(r.first_call_ms, 8, '.3f')} "
             f"{shown(r.p50_ms, 9, '.3f')} {shown(r.p99_ms, 9, '.3f')} {shown(r.decisions_per_s, 13, ',.0f')} "
             f"{shown(r.max_qps, 9, ',.0f')}  {_interval(r):<24} {_scaling(r):<21} {'yes' if r.valid else 'NO'}",
@@ -229,9 +235,9 @@ def print_bench_summary(rows: list[BenchRow], checks: list[CheckRow], run_id: st
         )
     for line in invalid_lines(rows):
         print(f"  {line}", file=out)
-    for line in host_bound_lines(rows):
+    for line in host_bound_lines(rows, names):
         print(f"  {line}", file=out)
-    print(f"  {audit_line(checks)}", file=out)
+    print(f"  {audit_line(checks, names)}", file=out)
     n_valid = sum(r.valid for r in rows)
     verdict = "passed" if all(c.passed for c in checks) else "FAILED"
     print(f"run {run_id}: {len(rows)} bench rows ({n_valid} valid); audit {verdict}", file=out)
@@ -273,7 +279,7 @@ def _quick_look_of(row: BenchRow) -> str:
     return next(reason for reason in row.invalid_reason.split("; ") if QUICK_LOOK in reason)
 
 
-def host_bound_lines(rows: list[BenchRow]) -> list[str]:
+def host_bound_lines(rows: list[BenchRow], names: PolicyNames) -> list[str]:
     """Where a card's device time is under half of its end-to-end time, the Ray round trip, not
     the card, sets the latency a caller sees."""
     device = {(r.policy, r.dtype, r.batch_size, r.device): r for r in rows if r.mode == "latency" and r.timing == "device"}
@@ -284,13 +290,13 @@ def host_bound_lines(rows: list[BenchRow]) -> list[str]:
             continue
         if round_trip_dominates(mine.p50_ms, r.p50_ms):
             lines.append(
-                f"host-bound: {short_name(r.policy)} {r.dtype} batch {r.batch_size} on {r.device}: the Ray round trip "
+                f"host-bound: {names(r.policy)} {r.dtype} batch {r.batch_size} on {r.device}: the Ray round trip "
                 f"dominates (device p50 {mine.p50_ms:.3g} ms of {r.p50_ms:.3g} ms end to end)"
             )
     return lines
 
 
-def audit_line(checks: list[CheckRow]) -> str:
+def audit_line(checks: list[CheckRow], names: PolicyNames) -> str:
     failed = [c for c in checks if not c.passed]
     if not checks:
         return "audit: nothing sampled"
@@ -299,7 +305,7 @@ def audit_line(checks: list[CheckRow]) -> str:
     first = failed[0]
     return (
         f"FAIL audit: {len(failed)} of {len(checks)} sampled outputs differ from the sweep's run_batch; first: "
-        f"{first.device_a} {short_name(first.policy)} {first.dtype} {first.workload}/{first.output}: {first.detail}"
+        f"{first.device_a} {names(first.policy)} {first.dtype} {first.workload}/{first.output}: {first.detail}"
     )
 
 

@@ -173,9 +173,10 @@ def weight_bytes(policy: PolicyNet) -> int:
 
 @torch.inference_mode()
 def activation_bytes_per_row(policy: PolicyNet) -> int:
-    """What one row's forward holds at its peak, in float64: the observation, and a layer's input
-    and output at once (an inference forward frees each activation once the next layer has it),
-    sized from the largest layer output of one forward at batch 1, so any body is covered."""
+    """What one row's forward holds at its peak, in float64: the observation (an integer one
+    one-hot encoded, as wide as its classes), and a layer's input and output at once (an inference
+    forward frees each activation once the next layer has it), sized from the largest layer output
+    of one forward at batch 1, so any body is covered."""
     largest = 0
 
     def measure(_module: torch.nn.Module, _inputs: object, output: object) -> None:
@@ -190,7 +191,7 @@ def activation_bytes_per_row(policy: PolicyNet) -> int:
     finally:
         for hook in hooks:
             hook.remove()
-    return 8 * (policy.info.obs_size + 2 * largest)
+    return 8 * (sum(i.width for i in policy.info.inputs) + 2 * largest)
 
 
 def episode_bytes(policy: PolicyNet, episodes: int) -> int:

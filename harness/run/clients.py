@@ -17,6 +17,11 @@ from harness.inference.timing import ClosedLoop, LatencyRun, Throughput
 from harness.outputs import EpisodeOutput, Outputs, Produced
 
 
+# The concurrency group a sweep's actor answers `progress` in: a thread of its own, so the question
+# is answered while a unit runs on the default group's one thread, which keeps the units in order.
+WATCH_GROUP = "watch"
+
+
 @dataclass(frozen=True)
 class ActorClient:
     """An actor's handle, for what the driver asks of every actor (its description) and what it
@@ -28,7 +33,15 @@ class ActorClient:
         return self.handle.describe.remote()
 
 
-class PolicyClient(ActorClient):
+class SweepClient(ActorClient):
+    """A sweep's actor, card or reference, which the driver watches while it works."""
+
+    def progress(self) -> ObjectRef[int]:
+        """Episode steps it played so far: answered on a thread of its own while a unit runs."""
+        return self.handle.progress.options(concurrency_group=WATCH_GROUP).remote()
+
+
+class PolicyClient(SweepClient):
     """A sweep's card (actors/policy_actor.py)."""
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[Produced[Outputs]]:
@@ -46,7 +59,7 @@ class PolicyClient(ActorClient):
         return self.handle.export.remote(key, dtype, obs, noise)
 
 
-class ReferenceClient(ActorClient):
+class ReferenceClient(SweepClient):
     """A sweep's CPU reference (actors/reference_actor.py)."""
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[Produced[Outputs]]:

@@ -98,7 +98,7 @@ class ClosedLoop:
     """Every episode unit's rows by policy, dtype and mode; the rounds still to play; the verdicts."""
 
     def __init__(self, plan: SweepPlan, policies: dict[str, PolicyNet]) -> None:
-        self.rules = ClosedLoopRules(plan.margin, plan.require_conclusive, plan.require_published_return)
+        self.rules = ClosedLoopRules(plan.margin, plan.require_conclusive, plan.published_gates)
         self.policies = policies
         self.seed = plan.common.seed
         self.auto = plan.episodes == AUTO_EPISODES

@@ -75,7 +75,8 @@ class SweepPlan:
     """The user's tolerance table by dtype (--tolerance DTYPE=ATOL,RTOL)."""
     limits: RatioLimits
     require_batch_invariance: bool
-    require_published_return: bool
+    published_gates: bool
+    """A published score falling short fails the run (--published-return gate)."""
     hang_timeout: float
     placement: Strategy
     kept: Mapping[tuple[str, str], tuple[str, ...]]
@@ -155,7 +156,7 @@ def _sweep_plan(config: SweepConfig, started_at: str | None) -> SweepPlan:
         tolerances=parse_tolerances(config.tolerance),
         limits=ratio_limits(config.ratio_limits),
         require_batch_invariance=config.require_batch_invariance,
-        require_published_return=config.require_published_return,
+        published_gates=config.published_return == "gate",
         hang_timeout=config.hang_timeout,
         placement=config.placement,
         kept=kept,

@@ -6,20 +6,20 @@ again where the cluster has room, and their actors restart there. The driver end
 a bound and naming what was lost (`RunIncomplete`), where Ray cannot recover:
 
 - a bundle of a lost node not placed again within PLACEMENT_TIMEOUT_S (no spare card or CPU);
-- an actor not back, once it went away (killed, restarting, moved), within the longer of
-  PLACEMENT_TIMEOUT_S and RESTART_MARGIN times what the sweep's actors took to start: a restart
-  starts a process, imports torch and loads the policies again (a CUDA build of torch on a busy
-  2-core machine: over 40 s);
-- an actor that hangs twice: no result within its deadline (below), the second time after the
-  driver killed it and Ray restarted it;
+- an actor not back, once it went away (killed, restarting, moved), within the longest of
+  PLACEMENT_TIMEOUT_S, RESTART_MARGIN times the longest start seen (the sweep's actors' first,
+  or a restart since) and --hang-timeout: a restart starts a process, imports torch and loads
+  the policies again (a CUDA build of torch on a busy 2-core machine: over 40 s);
+- an actor that hangs twice: no progress for longer than its bound (harness/run/pace.py), the
+  second time after the driver killed it and Ray restarted it;
 - the CPU reference failing for good: nothing is judged without it.
 
 The driver sees each actor as a lane: its shares of the units, in the order it runs them (Ray runs
 an actor's tasks in submission order). The first share is the one running; it started when the
-share before it came back. Its deadline is HANG_MULTIPLE times the shortest another actor took
-over the same unit, what the unit takes where nothing went wrong (the longest would count another
-card's restart: a card that died once made a 4-card sweep wait 67 s for one that hung), where none
-has finished it yet the longest any share took so far, and never less than --hang-timeout.
+share before it came back. What the lane shows of its progress (a result back, its episode steps
+moving, asked every PROGRESS_POLL_S on a thread of the actor's own) is all that tells a slow
+actor from a hung one (harness/run/pace.py): no unit has a deadline, and no other actor's pace
+counts.
 
 A card that Ray restarted on another node is another card: each result says where it was computed
 (`Produced`), a card's results are labelled by the node that computed them, and a unit whose
@@ -29,7 +29,7 @@ results from one actor came from two nodes is sent again, whole, rather than jud
 from __future__ import annotations
 
 import time
-from collections import defaultdict, deque
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,17 +41,18 @@ from harness.inference.runner import Described
 from harness.judge.verdicts import Check, error_check
 from harness.outputs import Produced
 from harness.run import place, ray_internals
-from harness.run.clients import ActorClient
+from harness.run.clients import SweepClient
 from harness.run.dispatch import Gathered, Submitted
+from harness.run.pace import Pace, restart_bound_s
 from harness.run.place import Placement
 from harness.run.plan import Unit
 
-HANG_MULTIPLE = 10.0
-# How often a waiting driver looks at its actors; the placement group is a GCS call, read less often.
+# How often a waiting driver looks at its actors; the placement group is a GCS call, read less
+# often, and so is an actor's progress (a call into it), only while it has work.
 POLL_S = 0.2
 PLACEMENT_POLL_S = 1.0
+PROGRESS_POLL_S = 1.0
 REFERENCE_ROLE = "the CPU reference"
-RESTART_MARGIN = 2.0
 
 
 @dataclass(frozen=True)
@@ -84,26 +85,30 @@ class Share:
     """One actor's part of one unit (or of a layer search): the refs it computes for it."""
 
     what: str  # as a user reads it: "cartpole float32 normal-64"
-    unit_id: str | None  # None for work that is no unit
     refs: list[Any]
 
 
 @dataclass
 class Lane:
-    """One actor as the driver sees it: its shares in the order it runs them, since when the first
-    has been running, its node, and the label of its results by the node that computed them."""
+    """One actor as the driver sees it: its shares in the order it runs them, its progress, its
+    node, and the label of its results by the node that computed them."""
 
     role: str  # "card1", or REFERENCE_ROLE
-    actor: ActorClient
+    actor: SweepClient
     node_id: str
     labels: dict[str, str]  # node id -> the label of this actor's results computed there
     label: str
-    since: float
+    pace: Pace
     shares: deque[Share] = field(default_factory=deque)
+    came_back: int = 0  # results of the first share seen back
+    steps: int | None = None  # its process's episode steps, as last answered (None: not since it started)
+    asked: Any = None  # a progress question not answered yet
+    next_ask: float = 0.0
     restarts: int = 0  # Ray's count, as last seen
     hung: int = 0
     placed: bool = True  # False while its bundle has no node (its node died)
     away: str = ""  # why it is gone, while Ray restarts it
+    left_at: float = 0.0  # while away: when it went
     back_by: float = 0.0  # while away: when it must be back
     bound_s: float = 0.0  # while away: the seconds it was given
 
@@ -144,7 +149,8 @@ class Watch:
     """Waits for a sweep's results while watching its actors (cards, then the CPU reference)."""
 
     def __init__(self, placement: Placement, hang_timeout_s: float, started_s: float = 0.0) -> None:
-        """`started_s`: how long the actors took to start, which bounds a restart's wait."""
+        """`started_s`: how long the actors took to start, which bounds a restart's wait until a
+        restart takes longer."""
         self.group = placement.group
         self.hang_timeout_s = hang_timeout_s
         self.started_s = started_s
@@ -152,11 +158,9 @@ class Watch:
         now = time.monotonic()
         roles = [f"card{i}" for i in range(len(placement.cards))] + [REFERENCE_ROLE]
         self.lanes = [
-            Lane(role, placed.actor, placed.described.node_id, {placed.described.node_id: placed.label}, placed.label, now)
-            for role, placed in zip(roles, placement.actors, strict=True)
+            Lane(role, p.actor, p.described.node_id, {p.described.node_id: p.label}, p.label, Pace(now))
+            for role, p in zip(roles, placement.actors, strict=True)
         ]
-        self.took: defaultdict[str, dict[int, float]] = defaultdict(dict)  # unit id -> lane -> seconds
-        self.longest = 0.0
         self.next_placement_check = now
         self.events: list[str] = []  # what Ray recovered from, as the summary says it
 
@@ -164,13 +168,16 @@ class Watch:
         """Follow what `job` asked of each actor, in the order it was asked."""
         what = f"{job.unit.policy} {job.unit.dtype} {job.unit.workload}"
         for lane, refs in shares_of(job, self.reference).items():
-            self.follow(lane, refs, what, job.unit.unit_id)
+            self.follow(lane, refs, what)
         return job
 
-    def follow(self, lane: int, refs: list[Any], what: str, unit_id: str | None = None) -> list[Any]:
+    def follow(self, lane: int, refs: list[Any], what: str) -> list[Any]:
         """Follow refs just asked of one actor; every task sent to a watched actor must be followed,
         or the lane would take the next task's start for this one's."""
-        self.lanes[lane].shares.append(Share(what, unit_id, list(dict.fromkeys(refs))))
+        watched = self.lanes[lane]
+        if not watched.shares:  # idle until now: its silence starts with this work
+            watched.pace.start(time.monotonic())
+        watched.shares.append(Share(what, list(dict.fromkeys(refs))))
         return refs
 
     def get(self, refs: list[Any]) -> list[Any]:
@@ -242,30 +249,44 @@ class Watch:
         """Note what came back; follow lost nodes and restarts; kill a hung actor once; end the run
         where the cluster cannot recover."""
         now = time.monotonic()
-        for index, lane in enumerate(self.lanes):
-            self._advance(index, lane, now)
+        for lane in self.lanes:
+            self._advance(lane, now)
         if now >= self.next_placement_check:
             self.next_placement_check = now + PLACEMENT_POLL_S
             self._follow_placement(now)
-        losses = [loss for index, lane in enumerate(self.lanes) if (loss := self._check(index, lane, now))]
+        losses = [loss for lane in self.lanes if (loss := self._check(lane, now))]
         if losses:
             raise RunIncomplete(losses)
 
-    def deadline_s(self, lane: int, share: Share) -> float:
-        others = [s for i, s in self.took.get(share.unit_id or "", {}).items() if i != lane]
-        return max(self.hang_timeout_s, HANG_MULTIPLE * min(others, default=self.longest))
-
-    def _advance(self, index: int, lane: Lane, now: float) -> None:
+    def _advance(self, lane: Lane, now: float) -> None:
+        """Each result back is progress; a share whose results are all back is done, and the next runs."""
         while lane.shares:
             refs = lane.shares[0].refs
-            if ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)[1]:
+            back, pending = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+            if len(back) > lane.came_back:
+                lane.pace.progressed(now)
+                lane.came_back = len(back)
+            if pending:
                 return
-            share = lane.shares.popleft()
-            took = now - lane.since
-            if share.unit_id is not None:
-                self.took[share.unit_id][index] = took
-            self.longest = max(self.longest, took)
-            lane.since = now
+            lane.shares.popleft()
+            lane.came_back = 0
+
+    def _ask_progress(self, lane: Lane, now: float) -> None:
+        """Its episode steps, asked while it works: a count that moved is progress. A question
+        it does not answer (a process stuck with Python's lock held) stays asked: no progress."""
+        if lane.asked is not None:
+            if not ray.wait([lane.asked], timeout=0)[0]:
+                return
+            try:
+                steps: int | None = ray.get(lane.asked)
+            except ray.exceptions.RayError:  # its process went: what Ray does next is read from its state
+                steps = lane.steps
+            lane.asked = None
+            if lane.steps is not None and steps != lane.steps:
+                lane.pace.progressed(now)
+            lane.steps = steps
+        if now >= lane.next_ask:
+            lane.asked, lane.next_ask = lane.actor.progress(), now + PROGRESS_POLL_S
 
     def _follow_placement(self, now: float) -> None:
         """A bundle whose node died has no node until Ray places it again; its actor restarts there."""
@@ -285,13 +306,13 @@ class Watch:
                     lane, now, f"restarted on {node_name(node)} after its node was lost, and not up there", self.restart_s()
                 )
 
-    def _check(self, index: int, lane: Lane, now: float) -> Loss | None:
+    def _check(self, lane: Lane, now: float) -> Loss | None:
         if not lane.shares:
             return None
         if lane.away:
             return self._check_away(lane, now)
-        deadline = self.deadline_s(index, lane.shares[0])
-        if now - lane.since <= deadline:
+        self._ask_progress(lane, now)
+        if not lane.pace.hung(now, self.hang_timeout_s):
             return None
         state = actor_state(lane.actor.handle)
         if state is None:
@@ -299,30 +320,36 @@ class Watch:
         if state.state != "ALIVE" or state.restarts > lane.restarts:  # it died and Ray restarts it: no hang
             self._leave(lane, now, "restarting after its process died, and not back", self.restart_s())
             return self._check_away(lane, now)
+        silence = f"no progress for {lane.pace.quiet_s(now):.3g} s, allowed {lane.pace.bound_s(self.hang_timeout_s):.3g} s"
         lane.hung += 1
         if lane.hung > 1:
-            return Loss(lane.name, f"hung again after its restart (no result within {deadline:.3g} s)", lane.running())
+            return Loss(lane.name, f"hung again after its restart ({silence})", lane.running())
         ray.kill(lane.actor.handle, no_restart=False)
-        self._leave(lane, now, f"killed after it hung (no result within {deadline:.3g} s), and not back", self.restart_s())
-        self.events.append(f"{lane.name} hung on {lane.shares[0].what} (no result within {deadline:.3g} s): restarted")
+        self._leave(lane, now, f"killed after it hung ({silence}), and not back", self.restart_s())
+        self.events.append(f"{lane.name} hung on {lane.shares[0].what} ({silence}): restarted")
         return None
 
     def _check_away(self, lane: Lane, now: float) -> Loss | None:
         state = actor_state(lane.actor.handle)  # None: unknown this time, and only the bound below counts
         if state is not None and state.state == "DEAD":  # out of restarts: its tasks fail, gathered as failures
-            lane.away, lane.since = "", now
+            lane.away = ""
+            lane.pace.start(now)
         elif state is not None and state.state == "ALIVE" and state.restarts > lane.restarts and lane.placed:
-            lane.away, lane.since, lane.restarts = "", now, state.restarts
+            lane.away, lane.restarts = "", state.restarts
+            lane.pace.start(now)
+            self.started_s = max(self.started_s, now - lane.left_at)  # a slow restart: the next is given longer
         elif now > lane.back_by:
             return Loss(lane.name, f"{lane.away} within {lane.bound_s:.0f} s", lane.running())
         return None
 
     def restart_s(self) -> float:
-        """How long an actor that restarts may take to be back: as long as a placement, or twice its first start."""
-        return max(place.PLACEMENT_TIMEOUT_S, RESTART_MARGIN * self.started_s)
+        """How long an actor that restarts may take to be back (harness/run/pace.py)."""
+        return restart_bound_s(place.PLACEMENT_TIMEOUT_S, self.started_s, self.hang_timeout_s)
 
     def _leave(self, lane: Lane, now: float, why: str, bound_s: float) -> None:
-        lane.away, lane.back_by, lane.bound_s = why, now + bound_s, bound_s
+        """It went away: its process starts anew, its step count with it, and its progress question is moot."""
+        lane.away, lane.left_at, lane.back_by, lane.bound_s = why, now, now + bound_s, bound_s
+        lane.steps = lane.asked = None
 
 
 def shares_of(job: Submitted, reference: int) -> dict[int, list[Any]]:

@@ -16,7 +16,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import ray
 from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
@@ -30,7 +30,7 @@ from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.fault_specs import Fault, env_vars
 from harness.inference.runner import Described
 from harness.policies import PolicyNet, PolicySpec
-from harness.run.clients import ActorClient, BenchClient, PolicyClient, ReferenceClient
+from harness.run.clients import WATCH_GROUP, ActorClient, BenchClient, PolicyClient, ReferenceClient, SweepClient
 from harness.run.ray_internals import AuthenticationError, ask_gcs
 
 PLACEMENT_TIMEOUT_S = 30.0
@@ -85,7 +85,7 @@ class Placement:
     resource: str
 
     @property
-    def actors(self) -> list[Placed[ActorClient]]:
+    def actors(self) -> list[Placed[SweepClient]]:
         """The cards in card order, then the reference: as the driver watches them and `runs.devices` lists them."""
         return [*self.cards, self.reference]
 
@@ -264,11 +264,11 @@ def place_sweep(
     cards = []
     for position in range(n_cards):
         mine = [f for f in faults if f.applies_to(position)]
-        actor = ray.remote(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), ACTOR_MAX_RESTARTS))
+        actor = watched(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), ACTOR_MAX_RESTARTS))
         handle = actor.remote(kind, position, policies, threads, precision, mine, str(marker_dir / f"card{position}"))
         cards.append(PolicyClient(handle))
     reference = ReferenceClient(
-        ray.remote(ReferenceActor)
+        watched(ReferenceActor)
         .options(
             num_cpus=1,
             scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
@@ -282,6 +282,12 @@ def place_sweep(
     refuse_other_bytes([*described, described_reference], loaded)
     placed = [Placed(card, d) for card, d in zip(cards, unique_labels(described), strict=True)]
     return Placement(group, placed, Placed(reference, described_reference), accelerator(kind).ray_resource)
+
+
+def watched(cls: type) -> Any:
+    """`cls` as a sweep's Ray actor, with a thread of its own for the driver's progress questions
+    (Ray takes concurrency groups only here, not in `.options()`)."""
+    return ray.remote(concurrency_groups={WATCH_GROUP: 1})(cls)
 
 
 def place_bench(

@@ -184,6 +184,13 @@ def policy_kwargs(path: Path, data: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
+def trained_steps(data: dict[str, Any]) -> int | None:
+    """The steps the save was trained for as it was asked (`learn(total_timesteps)`, which SB3
+    saves as `_total_timesteps`); None where the data does not say."""
+    steps = data.get("_total_timesteps")
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else None
+
+
 def pickled_bytes(path: Path, field: dict[str, Any]) -> bytes:
     """The `:serialized:` payload as bytes, to search, never to unpickle."""
     encoded = field.get(":serialized:")

@@ -18,7 +18,7 @@ from torch import nn
 from harness.errors import PolicyLoadError
 from harness.policies.base import BatchNorm, ObsInput
 from harness.policies.sb3.archive import ACTIVATIONS
-from harness.policies.sb3.spaces import BoxSpace, DictSpace
+from harness.policies.sb3.spaces import BoxSpace, DictSpace, IntegerSpace, ObservationSpace
 
 # NatureCNN's three convolutions: (out channels, kernel, stride), padding 0 (torch_layers.py).
 NATURE_CNN = ((32, 8, 4), (64, 4, 2), (64, 3, 1))
@@ -152,7 +152,8 @@ class NatureCnn(nn.Module):
 
 class Combined(nn.Module):
     """SB3's CombinedExtractor: each key of a dict observation through its own extractor
-    (NatureCNN for an image, Flatten for a vector), concatenated in the space's key order."""
+    (NatureCNN for an image, Flatten for a vector or an encoded integer key), concatenated in the
+    space's key order."""
 
     def __init__(self, extractors: dict[str, nn.Module]) -> None:
         super().__init__()
@@ -173,7 +174,7 @@ class Features:
     detail: str  # e.g. "NatureCNN 3x84x84"; "" for a flattened vector
 
 
-def features(weights: Weights, prefix: str, extractor: str, space: BoxSpace | DictSpace, normalize_images: bool) -> Features:
+def features(weights: Weights, prefix: str, extractor: str, space: ObservationSpace, normalize_images: bool) -> Features:
     """The features extractor at `prefix` ("features_extractor.", "actor.features_extractor.") of
     the class `extractor`, for the observation `space`."""
     build = EXTRACTORS.get(extractor)
@@ -183,7 +184,9 @@ def features(weights: Weights, prefix: str, extractor: str, space: BoxSpace | Di
     return build(weights, prefix, space, normalize_images)
 
 
-def _flatten(weights: Weights, prefix: str, space: BoxSpace | DictSpace, normalize_images: bool) -> Features:
+def _flatten(weights: Weights, prefix: str, space: ObservationSpace, normalize_images: bool) -> Features:
+    if isinstance(space, IntegerSpace):
+        return Features(None, (_integer_input("obs", space),), space.width, False, space.describe())
     box = _box(weights, space, "FlattenExtractor")
     if _is_image(box):
         problem = "image observations (uint8, 3 dimensions) under FlattenExtractor are not supported: use CnnPolicy"
@@ -191,13 +194,13 @@ def _flatten(weights: Weights, prefix: str, space: BoxSpace | DictSpace, normali
     return Features(None, (ObsInput("obs", (box.size,), "float32", box.low, box.high),), box.size, False, "")
 
 
-def _nature(weights: Weights, prefix: str, space: BoxSpace | DictSpace, normalize_images: bool) -> Features:
+def _nature(weights: Weights, prefix: str, space: ObservationSpace, normalize_images: bool) -> Features:
     box = _box(weights, space, "NatureCNN")
     cnn = _nature_cnn(weights, prefix, "obs", box, normalize_images)
     return Features(cnn, (_image_input("obs", box),), cnn.features_dim, normalize_images, f"NatureCNN {_shape(box)}")
 
 
-def _combined(weights: Weights, prefix: str, space: BoxSpace | DictSpace, normalize_images: bool) -> Features:
+def _combined(weights: Weights, prefix: str, space: ObservationSpace, normalize_images: bool) -> Features:
     """A NatureCNN for each key SB3 took for an image (policy.pth holds its convolutions), a
     Flatten for each other key."""
     if not isinstance(space, DictSpace):
@@ -206,7 +209,11 @@ def _combined(weights: Weights, prefix: str, space: BoxSpace | DictSpace, normal
     inputs, parts, size = [], [], 0
     for key, sub in space.spaces:
         at = f"{prefix}extractors.{key}."
-        if weights.has(f"{at}cnn.0.weight"):
+        if isinstance(sub, IntegerSpace):
+            extractors[key], width = nn.Flatten(), sub.width
+            inputs.append(_integer_input(key, sub))
+            parts.append(f"{key} {sub.describe()}")
+        elif weights.has(f"{at}cnn.0.weight"):
             cnn = _nature_cnn(weights, at, key, sub, normalize_images)
             extractors[key], width = cnn, cnn.features_dim
             inputs.append(_image_input(key, sub))
@@ -221,7 +228,7 @@ def _combined(weights: Weights, prefix: str, space: BoxSpace | DictSpace, normal
     return Features(Combined(extractors), tuple(inputs), size, normalize_images, "Combined: " + ", ".join(parts))
 
 
-EXTRACTORS: dict[str, Callable[[Weights, str, BoxSpace | DictSpace, bool], Features]] = {
+EXTRACTORS: dict[str, Callable[[Weights, str, ObservationSpace, bool], Features]] = {
     FLATTEN: _flatten,
     NATURE: _nature,
     COMBINED: _combined,
@@ -229,10 +236,18 @@ EXTRACTORS: dict[str, Callable[[Weights, str, BoxSpace | DictSpace, bool], Featu
 """SB3's features extractors, by class; any other is refused by name."""
 
 
-def _box(weights: Weights, space: BoxSpace | DictSpace, extractor: str) -> BoxSpace:
-    if not isinstance(space, BoxSpace):
+def _box(weights: Weights, space: ObservationSpace, extractor: str) -> BoxSpace:
+    if isinstance(space, DictSpace):
         raise PolicyLoadError(weights.path, f"a Dict observation needs MultiInputPolicy (CombinedExtractor), not {extractor}")
+    if isinstance(space, IntegerSpace):
+        raise PolicyLoadError(weights.path, f"{extractor} takes an image Box, not a {space.kind} observation")
     return space
+
+
+def _integer_input(name: str, space: IntegerSpace) -> ObsInput:
+    """Integer values as the environment gives them, int64 in their range (`ObsInput.value_range`):
+    the policy encodes them (`encode_integers`)."""
+    return ObsInput(name, (space.size,), "int64", classes=space.classes)
 
 
 def _is_image(space: BoxSpace) -> bool:

@@ -15,7 +15,7 @@ from harness.policies.base import ActionKind, Sampling
 from harness.policies.sb3 import archive
 from harness.policies.sb3.archive import PolicyClass
 from harness.policies.sb3.layers import Features, Weights, features
-from harness.policies.sb3.spaces import ActionSpace, BoxSpace, DictSpace
+from harness.policies.sb3.spaces import ActionSpace, ObservationSpace
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Save:
     policy_class: PolicyClass
     extractor: str  # the features extractor class, "module.Name"
     weights: Weights
-    observation: BoxSpace | DictSpace
+    observation: ObservationSpace
     action: ActionSpace
 
     def features(self, prefix: str) -> Features:
