@@ -20,14 +20,14 @@ episodes); a return that is not finite fails.
 
 The interval of the paired difference is Student's t. An honest card's differences are symmetric
 about zero (per seed, card and CPU are two draws of one distribution, either one as likely to be
-the better), and under that symmetry the t statistic's tails are no heavier than normal theory's
-at the usual levels (Efron 1969, "Student's t-test under symmetry conditions"), at any number of
-episodes and whatever the shape of the returns: bimodal landers, rare disasters. So there is no
-minimum of episodes: a loss far beyond the margin FAILs at 5 episodes. A FAIL also needs the loss
-to be beyond doubt at FAIL_LEVEL (the t interval's upper bound at 1 - FAIL_LEVEL, one-sided,
-below zero): the 95% interval alone failed honest cards one time in 200 at 5 episodes, since at
-so few its width, not the margin, is what stands between an honest card and a FAIL
-(`python -m benchmarks.closed_loop_rule --quick` measures both).
+the better), and under that symmetry the t statistic's tails at the usual levels are no heavier
+than normal theory's whatever the shape of the returns (Efron 1969, "Student's t-test under
+symmetry conditions"): its coverage holds at a few episodes, where the bootstrap's does not. So
+there is no minimum of episodes, and a loss far beyond the margin FAILs at 5. A FAIL also needs a
+loss at all beyond doubt at FAIL_LEVEL (the t interval's one-sided upper bound at 1 - FAIL_LEVEL
+below zero): with the 95% interval alone honest cards failed one time in 200 at 5 episodes, since
+at so few its width, not the margin, is what stands between an honest card and a FAIL. With it,
+an honest card FAILs about one time in 10,000 (`python -m benchmarks.closed_loop_rule`).
 
 Each side's own mean and IQM keep the percentile bootstrap (`interval`), expanded for small
 samples as Hesterberg (2015, "What teachers should know about the bootstrap") recommends: its
@@ -37,7 +37,6 @@ degrees of freedom. It is seeded (BOOTSTRAP_SEED), so a row is the same every ti
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from collections.abc import Callable
@@ -49,9 +48,12 @@ import numpy as np
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
-# FAIL also needs the loss beyond doubt at this one-sided level: about how often an honest card,
-# whose paired differences are symmetric about zero, may FAIL, at any number of episodes.
-FAIL_LEVEL = 0.001
+# FAIL also needs a loss at all beyond doubt at this one-sided level: about how often an honest
+# card, whose paired differences are symmetric about zero, FAILs at any number of episodes. At 3
+# to 5 episodes of two far modes (a lander's landings and crashes) it is up to 1 in 1300 (every
+# card episode in one mode, every CPU one in the other: no rule tells that from a loss); 1 in
+# 1000 here failed those honest cards 1 in 270 at 3 and 4 episodes (`benchmarks.closed_loop_rule`).
+FAIL_LEVEL = 0.0001
 # The 95% interval's upper quantile.
 _UPPER = 0.5 + CONFIDENCE / 2
 # The default margin: half of the environment's per-episode standard deviation. With 100 paired
@@ -172,12 +174,12 @@ def t_interval(values: np.ndarray, sd_floor: float = 0.0) -> Interval:
     return Interval(estimate, estimate - half, estimate + half)
 
 
-@functools.cache
 def _t(n: int, level: float) -> float:
-    """Student's t quantile of n - 1 degrees of freedom."""
-    from scipy.stats import t
+    """Student's t quantile of n - 1 degrees of freedom (scipy.special's, a hundred times quicker
+    than scipy.stats.t.ppf: `_needed` asks for dozens)."""
+    from scipy.special import stdtrit
 
-    return float(t.ppf(level, n - 1))
+    return float(stdtrit(n - 1, level))
 
 
 def _doubt(n: int) -> float:
@@ -198,30 +200,37 @@ class Decision:
     reason: str
 
 
-def decide(difference: Interval, margin: float, n: int, fixed_half_width: float = 0.0) -> Decision:
-    """PASS, FAIL or INCONCLUSIVE for `difference` (a 95% interval of `n` episodes, shaped as
-    Student's t) against `-margin`. A FAIL also needs the interval's upper half, widened from 95%
-    to 1 - FAIL_LEVEL as Student's t widens, to end below zero. `fixed_half_width` is a part of the
-    interval more episodes cannot shrink (a published mean's own uncertainty)."""
-    shown = f"difference {difference} against -{margin:.4g}"
+def outcome(difference: Interval, margin: float, n: int) -> Outcome:
+    """The rule alone: PASS where `difference` (a 95% interval of `n` episodes, shaped as
+    Student's t) lies above `-margin`; FAIL where it lies below and its upper half, widened from
+    95% to 1 - FAIL_LEVEL as Student's t widens, ends below zero too (a loss at all beyond doubt);
+    INCONCLUSIVE otherwise."""
     if difference.low > -margin:
-        return Decision(Outcome.PASS, difference, margin, None, f"{shown}: the card loses less than the margin")
-    if difference.high < -margin:
-        if not _in_doubt(difference.estimate, difference.high - difference.estimate, n):
-            return Decision(Outcome.FAIL, difference, margin, None, f"{shown}: it loses more than the margin")
-        needed = _needed(difference, margin, n, fixed_half_width)
-        more = f"about {needed} episodes would decide" if needed else "no number of episodes decides"
-        return Decision(
-            Outcome.INCONCLUSIVE,
-            difference,
-            margin,
-            needed,
-            f"{shown} lies below the margin, but at {n} episodes a loss at all is not beyond doubt "
-            f"(1 in {1 / FAIL_LEVEL:.0f}); {more}",
-        )
+        return Outcome.PASS
+    if difference.high < -margin and not _in_doubt(difference.estimate, difference.high - difference.estimate, n):
+        return Outcome.FAIL
+    return Outcome.INCONCLUSIVE
+
+
+def decide(difference: Interval, margin: float, n: int, fixed_half_width: float = 0.0) -> Decision:
+    """The `outcome` of `difference` against `-margin`, with its reason and, undecided, the
+    episodes that would decide. `fixed_half_width` is a part of the interval more episodes cannot
+    shrink (a published mean's own uncertainty)."""
+    shown = f"difference {difference} against -{margin:.4g}"
+    decided = outcome(difference, margin, n)
+    if decided is Outcome.PASS:
+        return Decision(decided, difference, margin, None, f"{shown}: the card loses less than the margin")
+    if decided is Outcome.FAIL:
+        return Decision(decided, difference, margin, None, f"{shown}: it loses more than the margin")
     needed = _needed(difference, margin, n, fixed_half_width)
-    more = f"about {needed} episodes would decide" if needed else "no number of episodes decides: it sits on the margin"
-    return Decision(Outcome.INCONCLUSIVE, difference, margin, needed, f"{shown} straddles the margin; {more}")
+    if difference.high < -margin:
+        more = f"about {needed} episodes would decide" if needed else "no number of episodes decides"
+        doubt = f"at {n} episodes a loss at all is not beyond doubt (1 in {1 / FAIL_LEVEL:.0f})"
+        reason = f"{shown} lies below the margin, but {doubt}; {more}"
+    else:
+        more = f"about {needed} episodes would decide" if needed else "no number of episodes decides: it sits on the margin"
+        reason = f"{shown} straddles the margin; {more}"
+    return Decision(decided, difference, margin, needed, reason)
 
 
 def _in_doubt(estimate: float, half: float, n: int) -> bool:
