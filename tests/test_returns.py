@@ -255,3 +255,22 @@ def test_a_required_published_score_gates_pass_and_fail_and_inconclusive_only_wh
     assert judge_published(cpu, score, ClosedLoopRules(published_gates=True, require_conclusive=True)).gating
     far = judge_published(cpu, Published(1000.0, 1.0, 100, "results.json"), ClosedLoopRules(published_gates=True))
     assert far.result.outcome == Outcome.FAIL and far.gating and not far.passed
+
+
+def test_a_published_score_far_above_our_returns_fails_at_a_few_episodes() -> None:
+    """A TRPO Ant played in another environment than its published score's (issue 34: 71 against
+    4982, a published std of 1200 taken as the least spread of ours): FAIL at 10 episodes, not
+    INCONCLUSIVE for want of episodes; at 5 the published spread leaves a loss in doubt."""
+    ant = np.random.default_rng(12).normal(71, 200, 10)
+    far = published(ant, 4982.0, 1200.0, 100)
+    assert far.outcome == Outcome.FAIL and "it loses more than the margin" in far.detail, far.detail
+    few = published(ant[:5], 4982.0, 1200.0, 100)
+    assert few.outcome == Outcome.INCONCLUSIVE and few.episodes_needed is not None and few.episodes_needed <= 10
+
+
+def test_a_few_episodes_that_happen_to_agree_do_not_fail_a_published_score() -> None:
+    """Four crashes of a lander whose landings make its published score: our spread of four is
+    tiny, the published one is not, and it bounds how sure our mean can be."""
+    crashes = np.array([-100.0, -96.0, -104.0, -101.0])
+    r = published(crashes, 124.0, 149.0, 100)
+    assert r.outcome == Outcome.INCONCLUSIVE and r.return_diff_high > -r.return_margin, r.detail
