@@ -108,6 +108,7 @@ def test_a_gross_loss_fails_at_five_and_at_ten_episodes() -> None:
     for n in (5, 10):
         hopper = result(rng.normal(198, 120, n), rng.normal(2439, 40, n))
         assert hopper.outcome == Outcome.FAIL and "it loses more than the margin" in hopper.detail, hopper.detail
+        assert hopper.return_diff_high < hopper.return_diff_fail_high < 0, "a loss at all beyond doubt, in its column"
         lander = result(landings(rng, n) - 1000.0, landings(rng, n))
         assert lander.outcome == Outcome.FAIL, lander.detail
     cpu = np.array([100.0, 250.0, -80.0, 230.0])
@@ -130,7 +131,7 @@ def test_one_episode_has_no_spread_and_decides_nothing() -> None:
     """Nor does it show that the CPU's return never varies."""
     r = result(np.array([-1000.0]), np.array([200.0]))
     assert r.outcome == Outcome.INCONCLUSIVE and r.episodes_needed is None
-    assert (r.return_diff_low, r.return_diff_high) == (-np.inf, np.inf)
+    assert (r.return_diff_low, r.return_diff_high, r.return_diff_fail_high) == (-np.inf, np.inf, np.inf)
 
 
 def test_a_loss_below_the_margin_fails_only_beyond_doubt() -> None:

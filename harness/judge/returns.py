@@ -52,7 +52,7 @@ BOOTSTRAP_SEED = 0
 # card, whose paired differences are symmetric about zero, FAILs at any number of episodes. At 3
 # to 5 episodes of two far modes (a lander's landings and crashes) it is up to 1 in 1300 (every
 # card episode in one mode, every CPU one in the other: no rule tells that from a loss); 1 in
-# 1000 here failed those honest cards 1 in 270 at 3 and 4 episodes (`benchmarks.closed_loop_rule`).
+# 1000 here would fail those honest cards up to 1 in 270 (at 3 episodes, simulated).
 FAIL_LEVEL = 0.0001
 # The 95% interval's upper quantile.
 _UPPER = 0.5 + CONFIDENCE / 2
@@ -207,7 +207,7 @@ def outcome(difference: Interval, margin: float, n: int) -> Outcome:
     INCONCLUSIVE otherwise."""
     if difference.low > -margin:
         return Outcome.PASS
-    if difference.high < -margin and not _in_doubt(difference.estimate, difference.high - difference.estimate, n):
+    if difference.high < -margin and fail_bound(difference, n) < 0:
         return Outcome.FAIL
     return Outcome.INCONCLUSIVE
 
@@ -233,10 +233,17 @@ def decide(difference: Interval, margin: float, n: int, fixed_half_width: float 
     return Decision(decided, difference, margin, needed, reason)
 
 
-def _in_doubt(estimate: float, half: float, n: int) -> bool:
-    """Whether a loss at all is in doubt: the upper bound at 1 - FAIL_LEVEL, from the 95% one's
-    upper `half`, reaches zero."""
-    return estimate + half * _doubt(n) >= 0
+def fail_bound(difference: Interval, n: int) -> float:
+    """The one-sided upper bound at 1 - FAIL_LEVEL of `difference`, a 95% interval of `n`
+    episodes shaped as Student's t: a FAIL needs it below zero. Unbounded below 2 episodes."""
+    return _fail_bound(difference.estimate, difference.high - difference.estimate, n)
+
+
+def _fail_bound(estimate: float, half: float, n: int) -> float:
+    """The bound from the 95% interval's upper `half`, widened as Student's t widens."""
+    if half == 0:
+        return estimate
+    return estimate + half * _doubt(n) if n > 1 else math.inf
 
 
 # Past this many episodes "about N would decide" is no longer an answer.
@@ -255,7 +262,7 @@ def _needed(difference: Interval, margin: float, n: int, fixed: float) -> int | 
 
     def decided(k: int) -> bool:
         at = math.hypot(ours * math.sqrt(n / k) * _t(k, _UPPER) / _t(n, _UPPER), fixed)
-        return at < abs(difference.estimate + margin) and not (failing and _in_doubt(difference.estimate, at, k))
+        return at < abs(difference.estimate + margin) and not (failing and _fail_bound(difference.estimate, at, k) >= 0)
 
     low, high = n, n + 1
     while not decided(high):  # doubling, then halving: the first count that decides
@@ -292,7 +299,9 @@ class ReturnComparison:
     return_diff: float  # a - b: the mean paired difference (episode_return)
     return_diff_low: float
     return_diff_high: float
-    return_margin: float  # PASS when return_diff_low > -return_margin, FAIL when return_diff_high < -return_margin
+    return_diff_fail_high: float | None  # its one-sided upper bound at 1 - FAIL_LEVEL (None in rows before it)
+    # PASS: return_diff_low > -return_margin; FAIL: return_diff_high < -return_margin and return_diff_fail_high < 0
+    return_margin: float
     episodes_needed: int | None
     published_std: float | None
     detail: str
@@ -337,6 +346,7 @@ class ReturnComparison:
             return_diff=d.estimate,
             return_diff_low=d.low,
             return_diff_high=d.high,
+            return_diff_fail_high=fail_bound(d, n),
             return_margin=decision.margin,
             episodes_needed=decision.episodes_needed,
             published_std=published_std,
