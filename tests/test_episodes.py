@@ -62,9 +62,7 @@ def tiny_policy(
     return PolicyNet(info, body, head or linear, log_sigma=log_sigma)
 
 
-def one_at_a_time(
-    policy: PolicyNet, env_id: str, seed: int, stochastic: bool, rows: int = 1, row: int = 0
-) -> EpisodeOutput:
+def one_at_a_time(policy: PolicyNet, env_id: str, seed: int, stochastic: bool, rows: int = 1, row: int = 0) -> EpisodeOutput:
     """The reference: one `gym.make`, one forward per step, SB3's clip for a Box. The forward is
     of the batch the episode is played in: `rows` rows, the episode's at `row` (a row's result may
     differ by an ULP between batch shapes, as it does on AVX-512 hosts), the others zero."""
