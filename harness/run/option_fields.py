@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,6 +76,9 @@ class Meta:
         for v in values:
             if allowed is not None and v not in allowed:
                 raise UsageError(f"{self.flag} {v!r} is not one of {', '.join(allowed)}")
+            # A bound alone lets inf through (and nan past `at_least`); no option means either.
+            if isinstance(v, float) and not math.isfinite(v):
+                raise UsageError(f"{self.flag} {v}: must be a finite number{self._range()}")
             if self.at_least is not None and v < self.at_least:
                 raise UsageError(f"{self.flag} {v}: must be at least {self.at_least}{self._range()}")
             if self.above is not None and not v > self.above:
