@@ -170,7 +170,10 @@ def _kept(config: SweepConfig) -> dict[tuple[str, str], tuple[str, ...]]:
         return {}
     from harness.run.precision_plan import read_plan
 
-    kept = read_plan(Path(config.keep_float32)).kept()
+    try:
+        kept = read_plan(Path(config.keep_float32)).kept()
+    except ValueError as exc:
+        raise UsageError(f"--keep-float32 {config.keep_float32}: {exc}; a plan that applies nothing never passes") from None
     for policy, dtype in kept:
         if policy not in config.policies or dtype not in config.dtypes:
             raise UsageError(
