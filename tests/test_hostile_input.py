@@ -185,3 +185,19 @@ def test_report_of_a_run_with_no_checks_does_not_say_passed(tmp_path: Path) -> N
     headline = proc.stdout.splitlines()[0]
     assert proc.returncode == 0, proc.stderr
     assert headline.startswith("run bench-only: BENCH (status bench; 0 of 0 bench rows valid"), headline
+
+
+@pytest.mark.parametrize("command", ["diagnose", "repro"])
+def test_diagnose_and_repro_of_a_killed_sweep_say_how_to_finish_it(tmp_path: Path, command: str) -> None:
+    """A sweep killed with SIGKILL once it began: its `runs` row says running, its units wait in
+    the staging and it has no `checks` yet; exit 3 with the resume command, as `harness report`."""
+    results = tmp_path / "results"
+    _stored_run(results, "killed", {"policies": ["cartpole"]}, [], "running")
+    proc = harness(command, "killed", "--results", str(results), timeout=120)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
+    resume = f"harness sweep --resume killed --results {results}"
+    assert proc.stderr.strip().splitlines() == [
+        f"harness: unfinished: run killed has not finished (status running): it is still running, or it stopped "
+        f"before it could record how it ended; finish it with: {resume}"
+    ]
+    assert f"finish it with: {resume}" in harness("report", "killed", "--results", str(results)).stderr
