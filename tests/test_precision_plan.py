@@ -161,6 +161,30 @@ def test_a_plan_nested_past_the_stack_is_one_line(tmp_path: Path) -> None:
     assert_usage_error(proc, "not a precision plan", "JSON nested too deeply to read")
 
 
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # a damaged model is no mismatch (exit 1): the script cannot run here
+        (["--device", "cpu", "--model", "damaged.pt"], "damaged.pt: not a model torch.jit can load ("),
+        (["--device", "cpu:3"], "--device cpu:3: there is one CPU device, cpu"),
+        (["--device", "cuda:x"], "--device cuda:x: expected cuda:N, npu:N or cpu"),
+    ],
+)
+def test_the_repro_script_says_what_keeps_it_from_running_in_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    from harness.run import repro_script
+
+    shutil.copy(repro_script.__file__, tmp_path / "repro.py")
+    (tmp_path / "manifest.json").write_text(json.dumps({"weights": {"sha256": "0" * 64, "origin": "cartpole"}}))
+    (tmp_path / "damaged.pt").write_bytes(b"PK\x03\x04" + bytes(100))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "repro.py", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith("repro: ") and expected in line, line
+
+
 @dataclass(frozen=True)
 class Swept:
     results: Path
