@@ -30,10 +30,12 @@ def run(args: argparse.Namespace, name: str = "harness", again: str = "harness s
     resume (DASHBOARD in it stands for the cluster's dashboard). The options are checked before
     the driver (torch, Ray) is imported: a mistake is answered at once."""
     from harness.run.command_plan import sweep_plan
-    from harness.run.options import config_from_args
+    from harness.run.option_fields import values_from_args
+    from harness.run.options import validate
     from harness.run.phases import Phases
 
-    plan = sweep_plan(config_from_args(args, SweepConfig))
+    given = values_from_args(args, SweepConfig)
+    plan = sweep_plan(validate(SweepConfig(**given)), set(given))
     phases = Phases()
     with phases("imports"):
         from harness.run.lifecycle import EXIT_CODES

@@ -8,8 +8,9 @@ table records (`CommonPlan.recorded`, byte for byte), what `--resume` reads back
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -20,6 +21,7 @@ from harness.inference.fault_specs import MODEL_KINDS, Fault, parse_faults, refu
 from harness.judge.compare import TOLERANCES, Tolerance
 from harness.judge.golden import RatioLimits
 from harness.judge.returns import Margin
+from harness.run.option_fields import meta_of
 from harness.run.options import (
     BenchConfig,
     CommonOptions,
@@ -125,13 +127,15 @@ def common_plan(config: CommonOptions, faults: list[Fault]) -> CommonPlan:
     )
 
 
-def sweep_plan(config: SweepConfig) -> SweepPlan:
+def sweep_plan(config: SweepConfig, given: Collection[str] = ()) -> SweepPlan:
     """The plan of a validated sweep config; with --resume, of the interrupted run's own config
     (so its units are planned again, identically), where to find the results and the cluster
-    coming from this invocation. UsageError for a spec that does not parse or does not fit."""
+    coming from this invocation. `given`: the options this invocation set (flags, its config
+    file), each refused with --resume where it differs from the run's, but those in
+    RESUME_APPLIES. UsageError for a spec that does not parse or does not fit."""
     if config.resume is None:
         return _sweep_plan(config, None)
-    resumed, started_at = resume_config(config, config.resume)
+    resumed, started_at = resume_config(config, config.resume, given)
     try:
         return _sweep_plan(validate(resumed), started_at)
     except UsageError as exc:
@@ -240,9 +244,20 @@ def ratio_limits(limits: list[float]) -> RatioLimits:
         ) from None
 
 
-def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
+# What a resumed run takes from the invocation that resumes it: where its results and cluster
+# are, always; and where given, what changes no unit's outcome (how long an actor may take, the
+# memory guard).
+RESUME_FROM_HERE = ("results", "address", "progress")
+RESUME_APPLIES = (*RESUME_FROM_HERE, "hang_timeout", "max_memory_gib")
+# The invocation's own: --resume RUN names the run, whatever --run-id says.
+RESUME_OWN = ("resume", "run_id")
+
+
+def resume_config(config: SweepConfig, run_id: str, given: Collection[str] = ()) -> tuple[SweepConfig, str]:
     """The interrupted run `run_id`'s own configuration, not yet validated, and its start time.
-    Where to find the results and the cluster come from this invocation."""
+    RESUME_APPLIES come from this invocation (where it set them); any other option it set must be the
+    run's own: a UsageError names it and both values, where the run would go on with its own
+    while `runs.command` recorded the other."""
     from harness.store.paths import STAGING
     from harness.store.writer import read_run
 
@@ -259,6 +274,22 @@ def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
         raise UsageError(
             f"--resume {run_id}: its stored configuration is not one this harness reads ({first_line(exc)})"
         ) from None
-    resumed.results, resumed.address, resumed.progress = config.results, config.address, config.progress
+    for f in dataclasses.fields(config):
+        ours, theirs = getattr(config, f.name), getattr(resumed, f.name)
+        if f.name in given and f.name not in (*RESUME_APPLIES, *RESUME_OWN) and ours != theirs:
+            flag = meta_of(f).flag
+            raise UsageError(
+                f"--resume {run_id}: {flag} {_shown(ours)}, but the run was made with {flag} {_shown(theirs)}; "
+                f"a resumed run goes on with its own options: leave {flag} out, or start a new run"
+            )
+    for name in RESUME_APPLIES:
+        if name in RESUME_FROM_HERE or name in given:
+            setattr(resumed, name, getattr(config, name))
     resumed.resume, resumed.run_id = run_id, run_id
     return resumed, stored["started_at"]
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "(none)"
+    return "(unset)" if value is None else str(value)
