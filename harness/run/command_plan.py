@@ -258,6 +258,7 @@ def resume_config(config: SweepConfig, run_id: str, given: Collection[str] = ())
     RESUME_APPLIES come from this invocation (where it set them); any other option it set must be the
     run's own: a UsageError names it and both values, where the run would go on with its own
     while `runs.command` recorded the other."""
+    from harness.store.claim import refuse_held
     from harness.store.paths import STAGING
     from harness.store.writer import read_run
 
@@ -265,6 +266,7 @@ def resume_config(config: SweepConfig, run_id: str, given: Collection[str] = ())
     try:
         [stored] = read_run(results, run_id)
     except (FileNotFoundError, ValueError):
+        refuse_held(results, run_id)  # claimed and starting: its row comes once its actors are up
         raise UsageError(f"--resume {run_id}: no such run in {results}") from None
     if not (results / STAGING / run_id).is_dir():
         raise UsageError(f"--resume {run_id}: that run finished ({stored['status']}); nothing to resume")
