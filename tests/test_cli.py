@@ -351,3 +351,11 @@ def test_each_option_s_choices_and_bounds_are_declared_once_and_hold_for_flags_a
         config.write_text("threads = 0\n")
         assert_usage_error(cli(command, "--config", str(config)), "--threads 0: must be at least 1")
     assert checked >= 6
+
+
+@pytest.mark.parametrize("args", [["--error-factor", "inf"], ["--drop-percent", "nan"], ["--error-factor", "1e999"]])
+def test_report_s_numbers_are_finite_as_every_option_s(args: list[str], tmp_path: Path) -> None:
+    proc = cli("report", "--compare", "a", "b", *args, "--results", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"harness report: error: argument {args[0]}: ") and "must be a finite number" in line, line

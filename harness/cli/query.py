@@ -21,6 +21,8 @@ from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from harness.run.option_fields import finite_number
+
 if TYPE_CHECKING:
     import duckdb
     import pyarrow as pa
@@ -57,12 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text}: must be a finite number of seconds, more than 0")
+    value = finite_number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be more than 0 seconds")
     return value
 
 

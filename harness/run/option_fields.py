@@ -244,6 +244,18 @@ def parsed(meta: Meta, raw: Any) -> Any:
         raise UsageError(f"{meta.flag} {raw!r}: {exc}") from None
 
 
+def finite_number(text: str) -> float:
+    """An argparse type for the flags declared outside these dataclasses: a finite number, as
+    `Meta.check` holds every declared one to (inf, nan and 1e999 refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text}: must be a finite number")
+    return value
+
+
 def _scalar(flag: str, raw: str, type_: type) -> Any:
     try:
         return type_(raw)
