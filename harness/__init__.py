@@ -9,7 +9,22 @@ Ray actors, the tests) imports this package before anything can import torch.
 """
 
 import os
+from typing import Any
 
 os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
 __version__ = "0.1.0"
+
+# The Python API (harness/api.py), imported when first asked for: `import harness` stays as light
+# as setting the guard above, for every actor and entry point that imports it (and the layering
+# contract sees no import of the top layer from the package every layer imports).
+_API = {"sweep": "harness.api", "bench": "harness.api", "RunResult": "harness.api", "UsageError": "harness.errors"}
+__all__ = ["RunResult", "UsageError", "__version__", "bench", "sweep"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(_API[name]), name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

@@ -22,10 +22,15 @@ from harness.run.option_fields import add_arguments
 from harness.run.options import SweepConfig
 
 
+def parser() -> Parser:
+    """The sweep's options, as `harness sweep` takes them."""
+    options = Parser(prog="jobs/sweep.py", description="harness sweep, as a Ray job")
+    add_arguments(options, SweepConfig)
+    return options
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="jobs/sweep.py", description="harness sweep, as a Ray job")
-    add_arguments(parser, SweepConfig)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
 
     def job() -> int:
         if not Path(getattr(args, "results", "")).is_absolute():

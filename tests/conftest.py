@@ -233,9 +233,16 @@ class SharedSweeps:
             "--cards",
             "4",
             *FAULTS,
+            "--junit-xml",
+            str(self.faults_junit),
             expect=1,
         )
         return self.results
+
+    @property
+    def faults_junit(self) -> Path:
+        """The faults run's checks as JUnit XML (--junit-xml)."""
+        return self.results.parent / "faults.junit.xml"
 
 
 @pytest.fixture(scope="session")

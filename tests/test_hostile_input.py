@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.api import sweep
+from harness.errors import UsageError
 from harness.store.paths import check_run_id, inside
 from harness.store.schema import CheckRow
 from harness.store.claim import Claim
@@ -220,6 +222,13 @@ def test_resume_refuses_an_option_that_differs_from_the_run_s(tmp_path: Path, ar
     toml.write_text("episodes = 5\n")
     refused = cli("sweep", "--resume", "two", "--config", str(toml), "--results", str(results))
     assert_usage_error(refused, "--episodes 5, but the run was made with --episodes 2")
+    with pytest.raises(UsageError, match="--episodes 6, but the run was made with --episodes 2"):
+        sweep(resume="two", episodes=6, results=str(results))  # the Python API alike
+    # Where it writes its JUnit file is the invocation's own, as where its results are.
+    junit = cli(
+        "sweep", "--resume", "two", "--junit-xml", str(tmp_path / "j.xml"), "--episodes", "3", "--results", str(results)
+    )
+    assert_usage_error(junit, "--episodes 3, but the run was made with --episodes 2")
 
 
 def test_resume_takes_the_run_s_options_and_applies_only_what_changes_no_outcome(tmp_path: Path) -> None:

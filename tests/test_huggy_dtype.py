@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -40,6 +43,17 @@ def test_huggy_arch_is_labelled_synthetic_and_reproducible(huggy: nn.Module) -> 
     assert info.detail.startswith("SYNTHETIC weights")
     assert info.sha256 == huggy.info.sha256
     assert torch.equal(load_policy("huggy-arch").head.weight, huggy.head.weight)
+
+
+@pytest.mark.parametrize("code_path", ["AVX2", "COMPATIBLE"])
+def test_huggy_arch_is_the_same_bytes_on_every_mkl_code_path(huggy: nn.Module, code_path: str) -> None:
+    """An actor under MKL_CBWR (the mkl-avx2 fault, another CPU of the cluster) builds the bytes
+    the driver built: the driver refuses an actor whose policy differs from its own."""
+    script = "import harness\nfrom harness.policies import load_policy\nprint(load_policy('huggy-arch').info.sha256)"
+    env = {**os.environ, "MKL_CBWR": code_path}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == huggy.info.sha256
 
 
 def test_huggy_arch_normalizer_is_huggy_sized(huggy: nn.Module) -> None:

@@ -15,7 +15,11 @@ from __future__ import annotations
 
 import copy
 import functools
+import importlib
+import inspect
+import io
 import json
+import shutil
 import warnings
 import zipfile
 from collections.abc import Callable
@@ -32,7 +36,7 @@ import torch
 from sb3_contrib import ARS, QRDQN, TQC, TRPO, CrossQ
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.base_class import BaseAlgorithm
-from stable_baselines3.common.policies import BaseModel
+from stable_baselines3.common.policies import ActorCriticPolicy, BaseModel
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
 
@@ -44,9 +48,12 @@ from harness.judge.localize import first_divergent_layer
 from harness.policies import PolicyNet, cast_policy, load_policy
 from harness.policies.base import SamplingKind
 from harness.policies.export_onnx import export_onnx
+from harness.policies import sb3_zip
 from harness.policies.sb3.archive import ACTIVATIONS
+from harness.policies.sb3.options import NOT_IN_THE_FORWARD, READ
 from harness.policies.sb3_zip import load_sb3_zip
 from harness.workloads import EXPLORE, make_batch
+from tests.builders import rewrite_zip
 
 ROWS = 64
 # Float32 on the same CPU: the same operations as SB3's, so equal but for rounding.
@@ -177,6 +184,16 @@ FAMILIES: dict[str, Family] = {
     "ars": Family(lambda env: ARS("MlpPolicy", env, policy_kwargs=small(), device="cpu", seed=0), VectorEnv),
     "ars-discrete": Family(lambda env: ARS("MlpPolicy", env, policy_kwargs=small(), device="cpu"), lambda: VectorEnv(True)),
     "ars-linear": Family(lambda env: ARS("LinearPolicy", env, device="cpu"), lambda: VectorEnv(True)),
+    # ARSLinearPolicy unsquashed, each way sb3-contrib < 1.7 saved it as a bare Linear (test_ars_1x_layout_*).
+    "ars-linear-bias-vecnormalize": Family(
+        lambda env: ARS("LinearPolicy", env, policy_kwargs={"with_bias": True}, device="cpu"),
+        lambda: VectorEnv(True),
+        vecnormalize={},
+    ),
+    "ars-linear-box-vecnormalize": Family(lambda env: ARS("LinearPolicy", env, device="cpu"), VectorEnv, vecnormalize={}),
+    "ars-linear-box-bias": Family(
+        lambda env: ARS("LinearPolicy", env, policy_kwargs={"with_bias": True}, device="cpu"), VectorEnv
+    ),
     "ars-linear-bias-squash": Family(
         lambda env: ARS("LinearPolicy", env, policy_kwargs={"with_bias": True, "squash_output": True}, device="cpu"),
         VectorEnv,
@@ -662,13 +679,17 @@ def test_policy_kwargs_that_may_change_the_network_are_refused_by_name(tmp_path:
     src = save_family("sac", tmp_path / "sac").zip
     for key, value, words in (
         ("dueling", True, ("policy_kwargs dueling=True may change the network", "known: net_arch, activation_fn")),
+        ("hidden_dropout", 0.1, ("policy_kwargs hidden_dropout=0.1 may change the network",)),
         ("sde_net_arch", [8], ("policy_kwargs sde_net_arch=[8] may change the network",)),
         ("features_extractor_kwargs", {"features_dim": 4, "activation": "ReLU"}, ("features_extractor_kwargs activation",)),
     ):
         edited = _edit(src, tmp_path / f"{key}.zip", lambda d, k=key, v=value: d["policy_kwargs"].update({k: v}))
         refused(edited, *words)
-    # What does not change the actor's forward loads: the initialization, the optimizer, the critics.
+    # What does not change the actor's forward loads, recorded in the detail with its value: where
+    # training placed it (the RL Zoo's SAC Pendulum holds device), the initialization, the
+    # optimizer, the critics.
     harmless = {
+        "device": "cpu",
         "ortho_init": False,
         "log_std_init": -1.0,
         "optimizer_kwargs": {"eps": 1e-5},
@@ -677,6 +698,90 @@ def test_policy_kwargs_that_may_change_the_network_are_refused_by_name(tmp_path:
     }
     policy = load_policy(str(_edit(src, tmp_path / "harmless.zip", lambda d: d["policy_kwargs"].update(harmless))))
     assert torch.equal(policy.head.weight, load_sb3_zip(src).head.weight)
+    recorded = "device=cpu, ortho_init=False, log_std_init=-1.0, optimizer_kwargs={'eps': 1e-05}, n_critics=3"
+    assert policy.info.detail.endswith(f", policy_kwargs not in the forward: {recorded}"), policy.info.detail
+    assert "not in the forward" not in load_sb3_zip(src).info.detail
+
+
+# What the algorithm hands a policy's constructor itself: never a policy_kwargs key.
+FROM_THE_ALGORITHM = ("self", "observation_space", "action_space", "lr_schedule")
+
+
+def unsorted_parameters(classes: list[type]) -> list[str]:
+    """Each constructor parameter of `classes` that options.READ, options.NOT_IN_THE_FORWARD and
+    FROM_THE_ALGORITHM leave out, as "Class.parameter"."""
+    known = {*READ, *NOT_IN_THE_FORWARD, *FROM_THE_ALGORITHM}
+    return [
+        f"{cls.__name__}.{name}" for cls in classes for name in inspect.signature(cls.__init__).parameters if name not in known
+    ]
+
+
+def test_every_constructor_parameter_of_every_policy_class_read_is_sorted() -> None:
+    """Each parameter of each class the loader reads either decides the actor's forward (READ, and
+    its family reads it) or is known not to (NOT_IN_THE_FORWARD): decided from the installed SB3's
+    and sb3-contrib's constructors, so that a release adding an option fails here, not in a sweep."""
+    classes = [getattr(importlib.import_module(c.module), c.name) for c in sb3_zip.FAMILIES]
+    assert len(classes) == len(sb3_zip.FAMILIES) and not set(READ) & set(NOT_IN_THE_FORWARD)
+    assert unsorted_parameters(classes) == []
+
+    class Newer(ActorCriticPolicy):  # a release's new option; **kwargs would hide options, so it is unsorted too
+        def __init__(
+            self, observation_space: Any, action_space: Any, lr_schedule: Any, layer_norm: bool, **kwargs: Any
+        ) -> None:
+            super().__init__(observation_space, action_space, lr_schedule, **kwargs)
+
+    assert unsorted_parameters([Newer]) == ["Newer.layer_norm", "Newer.kwargs"]
+
+
+def ars_1x(saved: Saved, folder: Path) -> Path:
+    """`saved` as sb3-contrib < 1.7 wrote an unsquashed ARSLinearPolicy: its action_net.0.* as
+    action_net.*, its VecNormalize statistics beside it."""
+    folder.mkdir()
+    state = torch.load(io.BytesIO(zipfile.ZipFile(saved.zip).read("policy.pth")), weights_only=True)
+    assert set(state) <= {"action_net.0.weight", "action_net.0.bias"}, "a bare Linear in 1.x"
+    buffer = io.BytesIO()
+    torch.save({k.replace("action_net.0.", "action_net."): v for k, v in state.items()}, buffer)
+    if saved.venv is not None:
+        shutil.copy(saved.zip.parent / "vec_normalize.pkl", folder)
+    return rewrite_zip(saved.zip, folder / "model.zip", **{"policy.pth": buffer.getvalue()})
+
+
+@pytest.mark.parametrize(
+    "name", ["ars-linear", "ars-linear-bias-vecnormalize", "ars-linear-box-vecnormalize", "ars-linear-box-bias"]
+)
+def test_ars_1x_layout_loads_as_sb3_contrib_loads_it(name: str, tmp_path: Path) -> None:
+    """sb3-contrib's ARS.load renames action_net.weight and .bias to action_net.0.*: the harness
+    reads the same layer, with or without its bias, Discrete or Box, behind VecNormalize or not,
+    and acts as sb3-contrib's predict on the old file; its detail says which layout it read."""
+    saved = save_family(name, tmp_path / "new")
+    old = ars_1x(saved, tmp_path / "old")
+    policy, new = load_sb3_zip(old), load_sb3_zip(saved.zip)
+    assert ", sb3-contrib < 1.7 layout (action_net.weight)" in policy.info.detail
+    assert "1.7" not in new.info.detail and (policy.normalizer is None) == (saved.venv is None)
+    assert torch.equal(policy.head.weight, new.head.weight) and (policy.head.bias is None) == ("bias" not in name)
+    raw, obs = observations(saved, policy)
+    batch = make_batch(policy.info, "uniform", ROWS, 3)
+    action = forward_outputs(policy, obs, torch.from_numpy(batch.noise))["action"].numpy()
+    predicted = ARS.load(old, device="cpu").predict(sb3_input(saved, raw), deterministic=True)[0]
+    space = saved.model.action_space
+    if isinstance(space, gym.spaces.Box):
+        assert max_diff(np.clip(action, space.low, space.high), predicted) <= ATOL * max(1.0, float(np.abs(predicted).max()))
+    else:
+        assert np.array_equal(action, predicted)
+
+
+def test_an_ars_save_of_neither_layout_is_refused(tmp_path: Path) -> None:
+    saved = save_family("ars-linear", tmp_path / "new")
+    old = ars_1x(saved, tmp_path / "old")
+    state = torch.load(io.BytesIO(zipfile.ZipFile(old).read("policy.pth")), weights_only=True)
+    for label, edited, words in (
+        ("both", {**state, "action_net.0.weight": state["action_net.weight"]}, ("has both action_net.weight",)),
+        ("wide", {"action_net.weight": torch.zeros(3, 5)}, ("action_net.weight is shape (3, 5)", "expects (3, 3)")),
+        ("bias-only", {"action_net.bias": torch.zeros(3)}, ("action_net does not end in a layer of 3 actions",)),
+    ):
+        buffer = io.BytesIO()
+        torch.save(edited, buffer)
+        refused(rewrite_zip(old, tmp_path / f"{label}.zip", **{"policy.pth": buffer.getvalue()}), *words)
 
 
 def test_crossq_batch_norms_that_do_not_fit_data_are_refused(tmp_path: Path) -> None:

@@ -8,10 +8,25 @@ CI has them. What a test needs of them other than their bytes it builds (tests/b
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.helpers import REPO
 
 CASES = REPO.parent / "shared" / "cases"
 ABSENT = f"the third-party cases are absent beside the checkout ({CASES}); CI has them"
+
+# The RL Zoo's published agents in its own layout: <algo>/<Env>_1/<Env>.zip, the run files in
+# <algo>/<Env>_1/<Env>/; benchmark.tsv beside them, each agent's published score.
+RLZOO = CASES / "rlzoo"
+RLZOO_AGENTS = sorted(str(p.relative_to(RLZOO).parent) for p in RLZOO.glob("*/*_1/*.zip"))
+"""`<algo>/<Env>_1` of each agent (none where the cases are absent)."""
+
+
+def rlzoo_zip(agent: str) -> Path:
+    """`<algo>/<Env>_1` -> its `<algo>/<Env>_1/<Env>.zip`."""
+    folder = RLZOO / agent
+    return folder / f"{folder.name.removesuffix('_1')}.zip"
+
 
 # The RL Zoo's PPO CartPole-v1, saved by SB3 1.0rc0 (DLR-RM/rl-trained-agents).
 ZOO_ZIP = "sb3-ppo-CartPole-v1/CartPole-v1.zip"

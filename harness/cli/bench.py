@@ -19,14 +19,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """The options are checked before the driver (torch, Ray) is imported: a mistake is answered at once."""
-    from harness.run.command_plan import bench_plan
+    from harness.api import run_bench_config
     from harness.run.options import config_from_args
-    from harness.run.phases import Phases
 
-    plan = bench_plan(config_from_args(args, BenchConfig))
-    phases = Phases()
-    with phases("imports"):
-        from harness.run.bench import run_bench
-
-    outcome = run_bench(plan, command=" ".join(sys.argv), phases=phases)
-    return 0 if outcome.passed else 1
+    return run_bench_config(config_from_args(args, BenchConfig), command=" ".join(sys.argv)).exit_code

@@ -29,25 +29,18 @@ def run(args: argparse.Namespace, name: str = "harness", again: str = "harness s
     """The sweep, as the entry point `name` runs it; `again` is how that entry point is run to
     resume (DASHBOARD in it stands for the cluster's dashboard). The options are checked before
     the driver (torch, Ray) is imported: a mistake is answered at once."""
-    from harness.run.command_plan import sweep_plan
+    from harness.api import run_sweep_config
     from harness.run.option_fields import values_from_args
     from harness.run.options import validate
-    from harness.run.phases import Phases
 
+    # The options given, not only their values: --resume refuses one that differs from the run's.
     given = values_from_args(args, SweepConfig)
-    plan = sweep_plan(validate(SweepConfig(**given)), set(given))
-    phases = Phases()
-    with phases("imports"):
-        from harness.run.lifecycle import EXIT_CODES
-        from harness.run.sweep import run_sweep
-
-    outcome = run_sweep(plan, command=" ".join(sys.argv), phases=phases)
-    if outcome.status in EXIT_CODES:
-        why = f"{outcome.reason}; " if outcome.reason else ""
-        if outcome.resume_args:
-            command = f"{again.replace('DASHBOARD', outcome.dashboard or 'DASHBOARD')} {shlex.join(outcome.resume_args)}"
-            print(f"{name}: {outcome.status}: {why}finish it with: {command}", file=sys.stderr)
+    result = run_sweep_config(validate(SweepConfig(**given)), command=" ".join(sys.argv), given=set(given))
+    if result.exit_code not in (0, 1):
+        why = f"{result.reason}; " if result.reason else ""
+        if result.resume_args:
+            command = f"{again.replace('DASHBOARD', result.dashboard or 'DASHBOARD')} {shlex.join(result.resume_args)}"
+            print(f"{name}: {result.status}: {why}finish it with: {command}", file=sys.stderr)
         else:
-            print(f"{name}: {outcome.status}: {why}nothing was kept: run it again", file=sys.stderr)
-        return EXIT_CODES[outcome.status]
-    return 0 if outcome.passed else 1
+            print(f"{name}: {result.status}: {why}nothing was kept: run it again", file=sys.stderr)
+    return result.exit_code

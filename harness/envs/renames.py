@@ -11,12 +11,16 @@ own hint (harness/envs/spec.py), and the config's `[envs]` plays the new one on 
 MuJoCo's -v2 and -v3 ids, on which most published continuous-control agents were trained,
 need mujoco-py: gymnasium 1.x registers them only to refuse them ("moved to the
 gymnasium-robotics project"). Each is mapped to its -v4, the same model and reward through the
-`mujoco` bindings (the `mujoco` extra), made with the keyword arguments that give it the old
-id's observation where it has them (Ant). The old ids' spaces are recorded here, as gym's
-sources made them, and tests/test_mujoco.py makes each new id and checks it gives them. What
-still differs is said with each, and the published score (`published_return`) says whether the
-agent still plays there. Pusher-v2 is not mapped: Pusher-v4 runs only on mujoco < 3, and v5
-made the pushed object denser.
+`mujoco` bindings (the `mujoco` extra), made as mujoco-py 2.x made the old id: with the keyword
+arguments that give the old observation (Ant's 111), and where a -v4 computes what mujoco-py 2.x
+did not, with the keyword arguments or the wrapper (harness/envs/versions.py) that undo it: the
+contact forces, zero under mujoco-py 2.x in Ant's, Humanoid's and HumanoidStandup's observations
+and costs. The old ids' spaces are recorded here, as gym's sources made them, and
+tests/test_mujoco.py makes each new id and checks it gives them, and the contact forces and costs
+as mujoco-py 2.x gave them. Every difference gymnasium documents between the old id and -v4 is
+said with each (gymnasium's v5 docstrings keep the version history), and the published score
+(`published_return`) says whether the agent still plays there. Pusher-v2 is not mapped: Pusher-v4
+runs only on mujoco < 3, and v5 made the pushed object denser.
 
 Every mapping is said where it is used: in `runs.policies` (`env_source`) and once in the summary.
 """
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from harness.policies.policy_files import EnvSetup, Kwargs
+from harness.policies.policy_files import EnvSetup, Kwargs, Wrapper
 
 
 @dataclass(frozen=True)
@@ -44,17 +48,19 @@ class Rename:
     change: str  # what changed, and why it is still the task the policy played
     kwargs: Kwargs = ()  # what makes the new id compute the old one's observation
     spaces: Spaces | None = None  # the old id's, which the new one must give (recorded where the old one cannot be made)
+    wrappers: tuple[Wrapper, ...] = ()  # EnvironmentVersions that make it compute what the old one did
 
     def describe(self, old: str) -> str:
         made = f" with {', '.join(f'{k}={v!r}' for k, v in self.kwargs)}" if self.kwargs else ""
-        return f"{old} is {self.env_id}{made} since {self.since} ({self.change})"
+        wrapped = f" in {', '.join(w.describe() for w in self.wrappers)}" if self.wrappers else ""
+        return f"{old} is {self.env_id}{made}{wrapped} since {self.since} ({self.change})"
 
     def setup(self, setup: EnvSetup) -> EnvSetup:
-        """`setup` (the policy's files') with this rename's keyword arguments first; the files' win."""
-        if not self.kwargs:
-            return setup
+        """`setup` (the policy's files') with this rename's keyword arguments first (the files'
+        win) and its wrappers first, right around the environment as they are part of it."""
         files = dict(setup.kwargs)
-        return replace(setup, kwargs=(*((k, v) for k, v in self.kwargs if k not in files), *setup.kwargs))
+        kwargs = (*((k, v) for k, v in self.kwargs if k not in files), *setup.kwargs)
+        return replace(setup, kwargs=kwargs, wrappers=(*self.wrappers, *setup.wrappers))
 
 
 _LUNAR_V3 = (
@@ -65,31 +71,62 @@ _CAR_RACING_V3 = "finishing the lap now terminates the episode instead of trunca
 
 _V4 = (
     "gymnasium-robotics took the mujoco-py ids; v4 runs the same model and reward through the mujoco bindings, so "
-    "the physics agree to rounding, not bit for bit (v3 only added keyword arguments to v2)"
+    "the physics agree to rounding, not bit for bit"
 )
-# mujoco-py 2.x, which most -v3 agents trained with, never computed the contact forces: they were
-# zero in every observation and cost (openai/gym#1541). The mujoco bindings compute them.
-_CONTACT = "contact forces, which mujoco-py 2.x left at zero (openai/gym#1541) and the mujoco bindings compute"
+# What gymnasium documents between v3 and v4 (its v5 docstrings keep the version history), each
+# checked against gym's v3 sources: v3 only added keyword arguments to v2, and v4 "now uses the
+# mujoco bindings", the same defaults, observation and reward, save what is said with each.
+_XML = "v4 takes no xml_file argument, which v3 did (v5 restored it)"
+_HEALTHY = "v4 still gives the healthy reward on every step, as v3 did (v5 gives it only when healthy)"
+# mujoco-py 2.x, which most -v3 agents trained with (gym 0.15 and later), never computed the
+# contact forces: they were zero in every observation and cost (openai/gym#1541; mujoco-py 1.50,
+# which gym required before, computed them). The mujoco bindings compute them.
+_MUJOCO_PY2 = "contact forces, which mujoco-py 2.x left at zero (openai/gym#1541) and the mujoco bindings compute"
+_NO_V3 = "no v3 release; v4 observes and rewards as v2 did"
 
 
-def _mujoco(new: str, spaces: Spaces, more: str = "", kwargs: Kwargs = ()) -> Rename:
-    return Rename(new, "gymnasium 1.0.0", _V4 + (f"; {more}" if more else ""), kwargs, spaces)
+def _mujoco(new: str, spaces: Spaces, more: str, kwargs: Kwargs = (), wrappers: tuple[Wrapper, ...] = ()) -> Rename:
+    return Rename(new, "gymnasium 1.0.0", f"{_V4}; {more}", kwargs, spaces, wrappers)
 
 
-_HALF_CHEETAH = _mujoco("HalfCheetah-v4", Spaces((17,), 6, 1.0))
-_HOPPER = _mujoco("Hopper-v4", Spaces((11,), 3, 1.0))
-_WALKER = _mujoco("Walker2d-v4", Spaces((17,), 6, 1.0))
-_SWIMMER = _mujoco("Swimmer-v4", Spaces((8,), 2, 1.0))
+def _contacts(contact_reward: str = "") -> tuple[Wrapper, ...]:
+    """mujoco-py 2.x's zero contact forces, for a -v4 whose observation ends with them."""
+    kwargs: Kwargs = (("contact_reward", contact_reward),) if contact_reward else ()
+    return (Wrapper("harness.envs.versions.MujocoPy2Contacts", kwargs),)
+
+
+_HALF_CHEETAH = _mujoco("HalfCheetah-v4", Spaces((17,), 6, 1.0), f"{_XML}; no contact forces in its observation or reward")
+_HOPPER = _mujoco("Hopper-v4", Spaces((11,), 3, 1.0), f"{_XML}; {_HEALTHY}; no contact forces in its observation or reward")
+_WALKER = _mujoco(
+    "Walker2d-v4",
+    Spaces((17,), 6, 1.0),
+    f"{_XML}; {_HEALTHY}; its feet keep their unequal friction (0.9 and 1.9, made equal in v5); "
+    "no contact forces in its observation or reward",
+)
+_SWIMMER = _mujoco("Swimmer-v4", Spaces((8,), 2, 1.0), f"{_XML}; no contact forces in its observation or reward")
 _ANT = _mujoco(
     "Ant-v4",
     Spaces((111,), 8, 1.0),
-    f"use_contact_forces=True restores v3's 111 observations and its contact cost: 84 {_CONTACT}, clipped to [-1, 1]",
-    (("use_contact_forces", True),),
+    "v4 observes 27 values unless use_contact_forces=True, which restores v3's 111 and its contact cost "
+    f"(5e-4 times the sum of the squared contact forces clipped to [-1, 1]); its 84 {_MUJOCO_PY2}: "
+    f"contact_force_range=(0.0, 0.0) clips them to zero, in the observation and the cost, as they were; {_HEALTHY}",
+    (("use_contact_forces", True), ("contact_force_range", (0.0, 0.0))),
 )
 _HUMANOID = _mujoco(
     "Humanoid-v4",
     Spaces((376,), 17, 0.4),
-    f"its last 84 observations are {_CONTACT}; v4 dropped v3's contact cost from the reward, zero under mujoco-py 2.x",
+    f"its last 84 observations are {_MUJOCO_PY2}: MujocoPy2Contacts zeroes them, as they were; v4 dropped v3's "
+    "contact cost from the reward, which was zero under mujoco-py 2.x, so the reward is v3's; "
+    f"{_XML}, nor v3's contact_cost_weight and contact_cost_range; {_HEALTHY}; gym 0.21 changed the model slightly, "
+    "and v4 has the new one",
+    wrappers=_contacts(),
+)
+_HUMANOID_STANDUP = _mujoco(
+    "HumanoidStandup-v4",
+    Spaces((376,), 17, 0.4),
+    f"{_NO_V3}; its last 84 observations, and its impact cost (0.5e-6 times their sum of squares, at most 10), "
+    f"are {_MUJOCO_PY2}: MujocoPy2Contacts zeroes them and gives the reward without the impact cost, as it was",
+    wrappers=_contacts("reward_impact"),
 )
 
 MUJOCO: dict[str, Rename] = {
@@ -105,14 +142,16 @@ MUJOCO: dict[str, Rename] = {
     "Ant-v3": _ANT,
     "Humanoid-v2": _HUMANOID,
     "Humanoid-v3": _HUMANOID,
-    "HumanoidStandup-v2": _mujoco(
-        "HumanoidStandup-v4",
-        Spaces((376,), 17, 0.4),
-        f"its last 84 observations, and its impact cost, are {_CONTACT}",
+    "HumanoidStandup-v2": _HUMANOID_STANDUP,
+    "Reacher-v2": _mujoco("Reacher-v4", Spaces((11,), 2, 1.0), f"{_NO_V3}; no contact forces in its observation or reward"),
+    "InvertedPendulum-v2": _mujoco(
+        "InvertedPendulum-v4", Spaces((4,), 1, 3.0), f"{_NO_V3}; no contact forces in its observation or reward"
     ),
-    "Reacher-v2": _mujoco("Reacher-v4", Spaces((11,), 2, 1.0)),
-    "InvertedPendulum-v2": _mujoco("InvertedPendulum-v4", Spaces((4,), 1, 3.0)),
-    "InvertedDoublePendulum-v2": _mujoco("InvertedDoublePendulum-v4", Spaces((11,), 1, 1.0)),
+    "InvertedDoublePendulum-v2": _mujoco(
+        "InvertedDoublePendulum-v4",
+        Spaces((11,), 1, 1.0),
+        f"{_NO_V3}; its last 3 observations (qfrc_constraint) read zero in both, as gymnasium documents",
+    ),
 }
 """MuJoCo's -v2 and -v3, which gymnasium 1.x registers only to refuse them."""
 

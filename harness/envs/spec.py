@@ -2,8 +2,11 @@
 
 `gym.make(env_id, **kwargs)`, wrapped in an `EpisodeRecorder` where SB3's `make_vec_env` puts its
 Monitor (right around the environment), then in each `env_wrapper` of the policy's run files in
-order. The frames SB3's VecFrameStack stacks, and the images VecTransposeImage turns channels
-first, act on the batch: harness/envs/observations.py.
+order. A wrapper that makes the environment an older version of itself (an `EnvironmentVersion`,
+harness/envs/versions.py, which a rename adds) is part of the environment: it goes under the
+recorder, so that the rewards recorded are the old version's. The frames SB3's VecFrameStack
+stacks, and the images VecTransposeImage turns channels first, act on the batch:
+harness/envs/observations.py.
 
 A run file names its wrappers by class path, and importing a module runs it: only the modules in
 `WRAPPER_MODULES` are imported, and only a gymnasium Wrapper class from them is used. Atari ids are
@@ -18,12 +21,14 @@ import functools
 import importlib
 import importlib.util
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import seals  # noqa: F401  (registers seals/* environments)
 
+from harness.envs.versions import EnvironmentVersion
 from harness.errors import UsageError, first_line
 from harness.policies.base import PolicyInfo
 from harness.policies.policy_files import PLAIN, EnvSetup, Wrapper
@@ -34,6 +39,7 @@ WRAPPER_MODULES = {
     "sb3_contrib.common.wrappers": "pip install sb3-contrib",
     "gymnasium.wrappers": "gymnasium",
     "rl_zoo3.wrappers": "pip install rl_zoo3",
+    "harness.envs.versions": "this harness",
 }
 ATARI_EXTRA = "pip install -e '.[atari]'"
 MUJOCO_EXTRA = "pip install -e '.[mujoco]'"
@@ -112,14 +118,23 @@ def make_env(spec: EnvSpec) -> tuple[gym.Env[Any, Any], EpisodeRecorder]:
         ) from exc
     except Exception as exc:  # an unknown keyword argument, a missing ROM, ...: all mean "cannot be made"
         raise UsageError(f"environment {spec.key} cannot be made: {first_line(exc)}") from exc
-    recorder = EpisodeRecorder(base)
-    env: gym.Env[Any, Any] = recorder
-    for cls, wrapper in zip(classes, spec.setup.wrappers, strict=True):
+    wrappers = list(zip(classes, spec.setup.wrappers, strict=True))
+    versions = [(cls, w) for cls, w in wrappers if issubclass(cls, EnvironmentVersion)]
+    recorder = EpisodeRecorder(_wrapped(base, versions, spec.env_id))
+    env = _wrapped(recorder, [(cls, w) for cls, w in wrappers if not issubclass(cls, EnvironmentVersion)], spec.env_id)
+    return env, recorder
+
+
+def _wrapped(
+    env: gym.Env[Any, Any], wrappers: Sequence[tuple[type[gym.Wrapper[Any, Any, Any, Any]], Wrapper]], env_id: str
+) -> gym.Env[Any, Any]:
+    """`env` in each of `wrappers`, in order."""
+    for cls, wrapper in wrappers:
         try:
             env = cls(env, **dict(wrapper.kwargs))
         except Exception as exc:  # a wrapper's own checks (AtariWrapper asserts on its input) raise anything
-            raise UsageError(f"env_wrapper {wrapper.describe()} cannot wrap {spec.env_id}: {first_line(exc)}") from exc
-    return env, recorder
+            raise UsageError(f"env_wrapper {wrapper.describe()} cannot wrap {env_id}: {first_line(exc)}") from exc
+    return env
 
 
 def wrapper_class(wrapper: Wrapper) -> type[gym.Wrapper[Any, Any, Any, Any]]:

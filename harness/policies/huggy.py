@@ -29,10 +29,14 @@ def huggy_state_dict() -> dict[str, torch.Tensor]:
     def uniform(shape: tuple[int, ...], low: float, high: float) -> torch.Tensor:
         return torch.rand(shape, generator=gen) * (high - low) + low
 
-    # Variance sums near 1e5, many above float16's 65504, as in the real checkpoint.
+    # Variance sums near 1e5, many above float16's 65504, as in the real checkpoint. The exp is
+    # taken in float64 and rounded once to float32: float32's exp differs by an ULP between MKL's
+    # code paths (an actor under MKL_CBWR=AVX2 on an AVX-512 host, another CPU of the cluster),
+    # and the driver refuses an actor that built other bytes than its own.
+    spread = torch.exp(uniform((OBS_SIZE,), -0.5, 0.5).double())
     state = {
         f"{PROCESSORS}.0.normalizer.running_mean": torch.randn(OBS_SIZE, generator=gen) * 0.5,
-        f"{PROCESSORS}.0.normalizer.running_variance": 1e5 * torch.exp(uniform((OBS_SIZE,), -0.5, 0.5)),
+        f"{PROCESSORS}.0.normalizer.running_variance": (1e5 * spread).float(),
         f"{PROCESSORS}.0.normalizer.normalization_steps": torch.tensor(NORMALIZATION_STEPS),
     }
     sizes = [OBS_SIZE, *HIDDEN, ACTION_SIZE]

@@ -121,7 +121,7 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
     data = parse_data(path, archive.data)
     kwargs = policy_kwargs(path, data)
     cls = policy_class(path, data)
-    check_policy_kwargs(path, kwargs)
+    unread = check_policy_kwargs(path, kwargs)
     family = _family(path, cls)
     save = Save(
         path,
@@ -151,7 +151,7 @@ def load_sb3_zip(path: Path, name: str | None = None, env_files: bool = True) ->
         sha256=sha256_of(archive.content, applied),
         env_id=env.env_id if env is not None else None,
         env_source=env.source if env is not None else "",
-        detail=f"SB3 {archive.version}, {actor.detail}{_stats_detail(stats)}",
+        detail=f"SB3 {archive.version}, {actor.detail}{_stats_detail(stats)}{_unread_detail(unread)}",
         obs_normalization=_obs_normalization(path, stats),
         env_setup=env.setup if env is not None else PLAIN,
         published=env.published if env is not None else None,
@@ -242,3 +242,7 @@ def _stats_detail(stats: VecNormalizeStats | None) -> str:
     if stats is None:
         return ""
     return f", VecNormalize {stats.describe()}" if stats.norm_obs else ", VecNormalize without norm_obs (not applied)"
+
+
+def _unread_detail(unread: tuple[str, ...]) -> str:
+    return f", policy_kwargs not in the forward: {', '.join(unread)}" if unread else ""

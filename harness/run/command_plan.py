@@ -244,10 +244,10 @@ def ratio_limits(limits: list[float]) -> RatioLimits:
         ) from None
 
 
-# What a resumed run takes from the invocation that resumes it: where its results and cluster
-# are, always; and where given, what changes no unit's outcome (how long an actor may take, the
-# memory guard).
-RESUME_FROM_HERE = ("results", "address", "progress")
+# What a resumed run takes from the invocation that resumes it: where its results, its cluster
+# and its JUnit file are, always; and where given, what changes no unit's outcome (how long an
+# actor may take, the memory guard).
+RESUME_FROM_HERE = ("results", "address", "progress", "junit_xml")
 RESUME_APPLIES = (*RESUME_FROM_HERE, "hang_timeout", "max_memory_gib")
 # The invocation's own: --resume RUN names the run, whatever --run-id says.
 RESUME_OWN = ("resume", "run_id")

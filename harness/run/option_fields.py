@@ -10,7 +10,7 @@ import argparse
 import dataclasses
 import math
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,32 +192,65 @@ def read_toml(path: Path, config_type: type[Any]) -> dict[str, Any]:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise UsageError(f"{path}: unknown keys {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
-    return {name: _from_toml(path, fields[name], value) for name, value in data.items()}
+    return {name: _from_value(str(path), fields[name], value) for name, value in data.items()}
 
 
-def _from_toml(path: Path, f: dataclasses.Field[Any], value: Any) -> Any:
-    """A TOML value of the field's type; a list where the flag takes a list (or a comma string)."""
+def values_from_mapping(config_type: type[Any], given: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The values of `config_type`'s fields that Python keyword arguments (`where`: the function
+    they were given to) set, each by its field's name or its flag's (`policy` for `--policy`),
+    as a TOML file would give them; an unknown name is refused with the names there are."""
+    fields = {f.name: f for f in dataclasses.fields(config_type)}
+    names: dict[str, str] = {flag: f.name for f in fields.values() if (flag := flag_name(f))}
+    names.update({name: name for name in fields})
+    values: dict[str, Any] = {}
+    for name, value in given.items():
+        if name not in names:
+            raise UsageError(f"{where}: unknown option {name}; known: {', '.join(sorted(names))}")
+        field_name = names[name]
+        if field_name in values:
+            raise UsageError(f"{where}: {field_name} given twice (as {name} and by another name)")
+        f = fields[field_name]
+        if isinstance(value, (str, Path)) and meta_of(f).kind == "append":
+            value = [value]
+        if isinstance(value, (list, tuple)):  # paths as the strings a flag gives
+            value = [str(v) if isinstance(v, Path) else v for v in value]
+        values[field_name] = _from_value(where, f, value)
+    return values
+
+
+def flag_name(f: dataclasses.Field[Any]) -> str | None:
+    """A value option's flag as a Python name (`--max-memory`: max_memory); None for a switch,
+    whose flag says the opposite of its field (`--no-progress` sets progress False), or a table."""
+    meta = meta_of(f)
+    return meta.flag.removeprefix("--").replace("-", "_") if meta.flag and meta.kind not in ("off", "on") else None
+
+
+def _from_value(where: str, f: dataclasses.Field[Any], value: Any) -> Any:
+    """A value of the field's type, as TOML or Python gives it; a list where the flag takes a
+    list (or a comma string)."""
     kind, type_ = meta_of(f).kind, meta_of(f).type
     parse = meta_of(f).parse
     if parse is not None:
         try:
             return parse(value)
         except ValueError as exc:
-            raise UsageError(f"{path}: {f.name} {value!r}: {exc}") from None
+            raise UsageError(f"{where}: {f.name} {value!r}: {exc}") from None
     if kind in ("csv", "append"):
         if isinstance(value, str) and kind == "csv":
             return split_csv(value, type_)
         if isinstance(value, list) and all(_is_type(v, type_) for v in value):
             return [float(v) for v in value] if type_ is float else value
-        raise UsageError(f"{path}: {f.name} must be a list of {type_.__name__}, got {value!r}")
+        raise UsageError(f"{where}: {f.name} must be a list of {type_.__name__}, got {value!r}")
     if kind == "table":
         if isinstance(value, dict) and all(isinstance(v, str) for v in value.values()):
             return value
-        raise UsageError(f'{path}: {f.name} must be a table of strings, e.g. [{f.name}] "model.zip" = "CartPole-v1"')
+        raise UsageError(f'{where}: {f.name} must be a table of strings, e.g. [{f.name}] "model.zip" = "CartPole-v1"')
     if kind in ("off", "on"):
         type_ = bool
+    if isinstance(value, Path) and type_ is str:
+        value = str(value)
     if not _is_type(value, type_):
-        raise UsageError(f"{path}: {f.name} must be a {type_.__name__}, got {value!r}")
+        raise UsageError(f"{where}: {f.name} must be {'an' if type_ is int else 'a'} {type_.__name__}, got {value!r}")
     return float(value) if type_ is float else value
 
 

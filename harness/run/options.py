@@ -25,7 +25,7 @@ from harness.devices.precision import PRECISIONS, Precision
 from harness.dtypes import CARD_DTYPES
 from harness.errors import UsageError
 from harness.run.option_fields import meta_of, option, redefault, values_from_args
-from harness.store.paths import check_results_folder, check_run_id
+from harness.store.paths import check_output_file, check_results_folder, check_run_id
 
 if TYPE_CHECKING:
     from harness.policies.base import ActionKind
@@ -154,6 +154,13 @@ class CommonOptions:
         "for an ONNX graph with several float outputs and no ArgMax: the output that is the head",
         None,
         metavar="NAME",
+    )
+    junit_xml: str | None = option(
+        "--junit-xml",
+        "also write the run's gating checks as JUnit XML to this file, for CI systems: a testcase per check, a failure "
+        "per failed one, inconclusive ones skipped",
+        None,
+        metavar="PATH",
     )
 
     def to_json(self) -> str:
@@ -376,6 +383,8 @@ def validate(config: Config) -> Config:
     for f in dataclasses.fields(config):
         meta_of(f).check(getattr(config, f.name))
     check_results_folder(Path(config.results))
+    if config.junit_xml is not None:
+        check_output_file(Path(config.junit_xml), "--junit-xml")
     if config.run_id is not None:
         check_run_id(config.run_id)
     unmapped = sorted(set(config.envs) - set(config.policies))

@@ -29,6 +29,7 @@ from harness.errors import InfrastructureError, UsageError
 from harness.inference.fault_specs import Fault, refuse_absent_cards, refuse_maskless
 from harness.inference.forward import head_name
 from harness.inference.runner import Described
+from harness.judge.imports import import_ahead
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Rules, tolerance_of
 from harness.policies import PolicyNet, PolicySpec
@@ -123,6 +124,7 @@ def _sweep(
     phases: Phases,
 ) -> SweepOutcome:
     """From Ray's start to the summary; `run_row` is written once the actors are up."""
+    import_ahead()
     with ray_cluster(plan.common.address, kind, plan.common.cards, phases) as joined:
         n_cards = joined.n_cards
         check_memory(estimate(plan, policies, n_cards), plan.common.max_memory_gib)

@@ -56,5 +56,15 @@ def check_results_folder(results: Path) -> Path:
     return results
 
 
+def check_output_file(path: Path, flag: str) -> Path:
+    """`path`, if a run may write a file there: not a folder, in a folder this process can write."""
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'harness.xml'}")
+    folder = path.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(f"{flag} {path}: its folder {folder} is missing or not writable by this process")
+    return path
+
+
 def table_dir(results: Path, table: str, run_id: str) -> Path:
     return inside(results, results / table / f"run_id={check_run_id(run_id)}")

@@ -16,7 +16,8 @@ from harness.judge.results import COLUMNS, Result, columns_of
 TABLES = ("runs", "checks", "episodes", "bench", "bench_samples")
 # A run's `runs.status` once all its tables are in place: the writer publishes them before the
 # row that says so, and the views show the other tables' rows of such runs only.
-PUBLISHED = ("passed", "failed", "bench")
+PASSED, FAILED, BENCH = "passed", "failed", "bench"
+PUBLISHED = (PASSED, FAILED, BENCH)
 
 
 @dataclass

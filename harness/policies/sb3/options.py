@@ -3,7 +3,13 @@
 SB3 builds a policy from its class and `policy_kwargs`; the loader rebuilds the actor from the
 weights and the keys that decide its forward. A key it does not know could change that forward
 (a newer SB3's option, a fork's), so it is refused by name, never passed over: a network read
-without it would be another network, and every card would agree on the wrong answer.
+without it would be another network, and every card would agree on the wrong answer. A key known
+not to change the forward (where training placed it, how it initialized or optimized) is taken,
+and recorded in the policy's detail with its value, so that a result says what the save held.
+
+The two lists are decided from the constructors: tests/test_sb3_families.py walks every
+parameter of every policy class `sb3_zip.FAMILIES` reads and fails on one in neither, so a new
+SB3 or sb3-contrib release's option cannot slip through either way.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ READ = {
 """Keys that decide the actor's forward, each read by the family that takes it."""
 
 NOT_IN_THE_FORWARD = {
+    "device": "where training placed the policy (the RL Zoo's SAC Pendulum holds it)",
     "ortho_init": "how the weights were initialized",
     "log_std_init": "the log std's first value (the weights hold the trained one)",
     "optimizer_class": "training",
@@ -58,11 +65,15 @@ EXTRACTOR_KWARGS = ("features_dim", "cnn_output_dim", "normalized_image")
 Box counts as an image, which the weights say too (a key with convolutions is one)."""
 
 
-def check_policy_kwargs(path: Path, kwargs: dict[str, Any]) -> None:
+def check_policy_kwargs(path: Path, kwargs: dict[str, Any]) -> tuple[str, ...]:
     """Refuse (PolicyLoadError, by name) any policy_kwargs key that is not known to leave the
-    actor as the loader rebuilds it."""
+    actor as the loader rebuilds it. Returns the keys taken without being read, as `key=value`."""
+    unread = []
     for key, value in kwargs.items():
-        if key in SERIALIZED or (key in READ and key != "lstm_kwargs") or key in NOT_IN_THE_FORWARD:
+        if key in NOT_IN_THE_FORWARD:
+            unread.append(f"{key}={shown(value, 40)}")
+            continue
+        if key in SERIALIZED or (key in READ and key != "lstm_kwargs"):
             continue
         if key == "sde_net_arch" and value is None:  # SB3 < 1.3: None is gSDE's plain latent
             continue
@@ -74,6 +85,7 @@ def check_policy_kwargs(path: Path, kwargs: dict[str, Any]) -> None:
             f"policy_kwargs {key}={shown(value, 60)} may change the network and is not read by this loader; known: {known}",
         )
     _check_extractor_kwargs(path, kwargs.get("features_extractor_kwargs"))
+    return tuple(unread)
 
 
 def _check_extractor_kwargs(path: Path, value: Any) -> None:

@@ -1,0 +1,141 @@
+"""The harness from Python: `harness.sweep(**options)` and `harness.bench(**options)`, what the
+command line runs, for a notebook, a user's own pytest suite or an orchestration script.
+
+Options are the command's, by name with underscores (`policy=["cartpole"]`, `batch_sizes=[8]`,
+`max_memory=4`, or the field names `--help`'s TOML keys use: `policies`, `max_memory_gib`), with
+the values a TOML file takes; `progress=False` hides the bar. A bad option raises `UsageError`
+with the one line the command prints, before torch or Ray is imported. A run returns a
+`RunResult`: its id, status, exit code, summary and tables; a run that stops early (a lost card,
+Ray that did not start, a full disk, Ctrl-C) returns too, with its status and the options that
+finish it. Light on purpose: `import harness` imports this module only when asked for it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.run.option_fields import values_from_mapping
+from harness.run.options import BenchConfig, SweepConfig, validate
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished (or stopped) run, as the `runs` table records it, with its tables at hand."""
+
+    run_id: str
+    status: str
+    """passed, failed, bench (a bench that ran), incomplete or interrupted (resumable)."""
+    exit_code: int
+    """What the command exits with: 0 passed, 1 failed, 3 incomplete, 130 interrupted."""
+    results: Path
+    resume_args: tuple[str, ...] = ()
+    """Where the run stopped early and can be finished: the options that finish it."""
+    reason: str = ""
+    """Why it stopped early, in one line, where the summary does not say."""
+    dashboard: str = ""
+    """The cluster's dashboard (host:port) where it has one: where a Ray job's resume is submitted."""
+    summary: Mapping[str, Any] = field(default_factory=dict)
+    """The `runs` row's summary: units, phase timings, events, what was lost."""
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0
+
+    def table(self, name: str) -> pa.Table:
+        """This run's rows of table `name` (checks, episodes, bench, ...), as Parquet holds them
+        once the run published them; an empty table before that."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from harness.store.paths import table_dir
+        from harness.store.schema import SCHEMAS
+
+        folder = table_dir(self.results, name, self.run_id)
+        table = pq.read_table(folder, schema=SCHEMAS[name]) if folder.is_dir() else SCHEMAS[name].empty_table()
+        # The run id is the folder's name (hive partitioning): a column here, as `harness query` shows it.
+        return table.append_column("run_id", pa.array([self.run_id] * table.num_rows, pa.string()))
+
+    def checks(self) -> pa.Table:
+        return self.table("checks")
+
+    def episodes(self) -> pa.Table:
+        return self.table("episodes")
+
+    def failures(self) -> list[str]:
+        """Each failed gating check in one line: what a test of the user's own asserts on."""
+        rows = self.checks().filter(self.checks().column("gating")).to_pylist()
+        return [f"{r['policy']} {r['dtype']} {r['kind']} {r['device_a']}: {r['detail']}" for r in rows if not r["passed"]]
+
+
+def sweep(**options: Any) -> RunResult:
+    """`harness sweep` with `options`; the summary is printed as the command prints it."""
+    values = values_from_mapping(SweepConfig, options, "harness.sweep()")
+    return run_sweep_config(validate(SweepConfig(**values)), called("harness.sweep", options), set(values))
+
+
+def bench(**options: Any) -> RunResult:
+    """`harness bench` with `options`."""
+    config = validate(BenchConfig(**values_from_mapping(BenchConfig, options, "harness.bench()")))
+    return run_bench_config(config, called("harness.bench", options))
+
+
+def called(function: str, options: Mapping[str, Any]) -> str:
+    """The call as the runs table records it (its `command`), e.g. harness.sweep(policy=['cartpole'])."""
+    return f"{function}({', '.join(f'{name}={value!r}' for name, value in options.items())})"
+
+
+def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] = ()) -> RunResult:
+    """The sweep of a validated `config`, as `command` (what the runs table records) ran it;
+    `given`: the options the caller set, which --resume holds to the run's own."""
+    from harness.run.command_plan import sweep_plan
+    from harness.run.phases import Phases
+
+    plan = sweep_plan(config, given)
+    phases = Phases()
+    with phases("imports"):
+        from harness.report.junit import junit
+        from harness.run.lifecycle import EXIT_CODES
+        from harness.run.sweep import run_sweep
+
+    outcome = run_sweep(plan, command=command, phases=phases)
+    junit(config.junit_xml, plan.common.results, outcome.run_id, outcome.status)
+    code = EXIT_CODES.get(outcome.status, 0 if outcome.passed else 1)
+    stopped = (tuple(outcome.resume_args), outcome.reason, outcome.dashboard)
+    return _result(outcome.run_id, outcome.status, code, plan.common.results, *stopped)
+
+
+def run_bench_config(config: BenchConfig, command: str) -> RunResult:
+    """The bench of a validated `config`."""
+    from harness.run.command_plan import bench_plan
+    from harness.run.phases import Phases
+
+    plan = bench_plan(config)
+    phases = Phases()
+    with phases("imports"):
+        from harness.report.junit import junit
+        from harness.run.bench import run_bench
+        from harness.store.schema import BENCH
+
+    outcome = run_bench(plan, command=command, phases=phases)
+    junit(config.junit_xml, plan.common.results, outcome.run_id, BENCH)
+    return _result(outcome.run_id, BENCH, 0 if outcome.passed else 1, plan.common.results)
+
+
+def _result(
+    run_id: str, status: str, code: int, results: Path, resume: tuple[str, ...] = (), reason: str = "", dashboard: str = ""
+) -> RunResult:
+    from harness.store.writer import read_run
+
+    try:
+        rows = read_run(results, run_id)
+    except FileNotFoundError:  # stopped before its row could be written
+        rows = []
+    summary = json.loads(rows[-1]["summary"] or "{}") if rows else {}
+    return RunResult(run_id, status, code, results, resume, reason, dashboard, summary)
