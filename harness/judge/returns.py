@@ -87,6 +87,8 @@ class Margin:
         if not match:
             raise ValueError(f"{text!r} is neither a return (e.g. 10) nor a fraction of the spread (e.g. 0.5std)")
         number = float(match.group("number"))
+        if not math.isfinite(number):
+            raise ValueError(f"{text!r}: the margin must be a finite number")
         return Margin(fraction=number) if match.group("sd") else Margin(fraction=None, absolute=number)
 
     def of(self, spread: float) -> float:
