@@ -13,7 +13,7 @@ finish it. Light on purpose: `import harness` imports this module only when aske
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,8 +76,8 @@ class RunResult:
 
 def sweep(**options: Any) -> RunResult:
     """`harness sweep` with `options`; the summary is printed as the command prints it."""
-    config = validate(SweepConfig(**values_from_mapping(SweepConfig, options, "harness.sweep()")))
-    return run_sweep_config(config, called("harness.sweep", options))
+    values = values_from_mapping(SweepConfig, options, "harness.sweep()")
+    return run_sweep_config(validate(SweepConfig(**values)), called("harness.sweep", options), set(values))
 
 
 def bench(**options: Any) -> RunResult:
@@ -91,12 +91,13 @@ def called(function: str, options: Mapping[str, Any]) -> str:
     return f"{function}({', '.join(f'{name}={value!r}' for name, value in options.items())})"
 
 
-def run_sweep_config(config: SweepConfig, command: str) -> RunResult:
-    """The sweep of a validated `config`, as `command` (what the runs table records) ran it."""
+def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] = ()) -> RunResult:
+    """The sweep of a validated `config`, as `command` (what the runs table records) ran it;
+    `given`: the options the caller set, which --resume holds to the run's own."""
     from harness.run.command_plan import sweep_plan
     from harness.run.phases import Phases
 
-    plan = sweep_plan(config)
+    plan = sweep_plan(config, given)
     phases = Phases()
     with phases("imports"):
         from harness.report.junit import junit

@@ -27,6 +27,11 @@ class RunLost(Exception):
     the run over): it stops without publishing, exit 3, and never writes over the holder's rows."""
 
 
+class RunUnfinished(Exception):
+    """A command that reads a finished run's checks (diagnose, repro) asked about one that has
+    not finished: one line saying how to finish it, exit 3, as `harness report` says it."""
+
+
 class InfrastructureError(Exception):
     """The machine failed the run, not the user and not the port: Ray did not start, the results
     folder could not be written (a full or failing disk). One line, exit 3; a sweep's run is kept

@@ -5,15 +5,18 @@
 is refused by what it is. Symlinks are followed: the Hugging Face cache keeps every file as one.
 Every policy loader, side-file reader and the config file reader read through here; a refusal is
 the caller's kind of error (`FileError`, or `PolicyLoadError` for a policy's files), one line
-naming the file.
+naming the file. A JSON file's text is parsed within bounds too (`json_value`): nesting deep
+enough to exhaust the stack and integers of thousands of digits are refused, not raised past.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from harness.errors import FileError
 
@@ -82,3 +85,25 @@ def read_text(path: Path, limit: int, what: str, error: type[FileError] = FileEr
         return read_whole(path, limit, what, error).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(path, f"is not UTF-8 text (byte {exc.start})") from None
+
+
+# No count, size or seed a harness reads from a file is wider than 64 bits; Python parses an
+# integer of up to 4300 digits (and raises past that), and float() of one over 308 overflows.
+MAX_JSON_INT = 2**64
+
+
+def json_value(text: str) -> Any:
+    """`text` parsed as JSON; ValueError saying what is wrong (json.JSONDecodeError where it is
+    not JSON): nested too deeply to read, or an integer wider than 64 bits."""
+    try:
+        return json.loads(text, parse_int=_bounded_int)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
+
+
+def _bounded_int(text: str) -> int:
+    # Its digits are counted before int() reads them: int() of 200000 digits raises, slowly.
+    digits = len(text.lstrip("-"))
+    if digits > len(str(MAX_JSON_INT)) or abs(int(text)) >= MAX_JSON_INT:
+        raise ValueError(f"an integer of {digits} digits, wider than 64 bits")
+    return int(text)

@@ -255,3 +255,15 @@ def test_readers_see_a_run_whole_or_its_runs_row_alone(tmp_path: Path) -> None:
     (tmp_path / "checks" / "run_id=bare").mkdir()
     os.link(tmp_path / "checks" / "run_id=a" / "part-0.parquet", tmp_path / "checks" / "run_id=bare" / "part-0.parquet")
     assert sorted(set(load_table("checks", tmp_path).column("run_id").to_pylist())) == ["a", "bare"]
+
+
+def test_resume_of_a_run_still_starting_says_wait_for_it_to_end(tmp_path: Path) -> None:
+    """Claimed, and no `runs` row yet (its actors are not up): the same answer as once it began."""
+    process = holder(tmp_path, "a")
+    try:
+        proc = cli("sweep", "--resume", "a", "--results", str(tmp_path))
+        assert_usage_error(proc, f"--resume a: run a is being run in {tmp_path} by pid {process.pid}", "wait for it to end")
+    finally:
+        kill(process)
+    # Its owner gone, the run never began: there is nothing to resume.
+    assert_usage_error(cli("sweep", "--resume", "a", "--results", str(tmp_path)), f"--resume a: no such run in {tmp_path}")

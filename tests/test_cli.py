@@ -83,6 +83,13 @@ def test_info_json() -> None:
         (["--tolerance", "float16=0.1"], "--tolerance 'float16=0.1': expected DTYPE=ATOL,RTOL"),
         (["--tolerance", "float8=0.1,0.1"], "DTYPE one of float32, float16, bfloat16, float32-tf32"),
         (["--ratio-limits", "5,3,10"], "--ratio-limits '5.0,3.0,10.0': three limits"),
+        # inf passes a lower bound and nan passes `at least`: every number must also be finite
+        (["--return-margin", "1e999"], "--return-margin '1e999': '1e999': the margin must be a finite number"),
+        (["--return-margin", "1e999std"], "the margin must be a finite number"),
+        (["--auto-max-seconds", "inf"], "--auto-max-seconds inf: must be a finite number"),
+        (["--hang-timeout", "1e999"], "--hang-timeout inf: must be a finite number"),
+        (["--ratio-limits", "3,5,nan"], "--ratio-limits nan: must be a finite number"),
+        (["--max-memory", "nan"], "--max-memory nan: must be a finite number"),
         (["--action-kind", "maybe"], "--action-kind 'maybe' is not one of discrete, continuous"),
         (["--inject-fault", "everything:reduced-fp32"], "expected card<N>:<kind> or all:<kind>"),
         (
@@ -139,6 +146,9 @@ def test_npu_asked_for_where_there_is_none_is_exit_2(tmp_path: Path) -> None:
         (["--card-counts", "1,4", "--cards", "2"], "more than --cards 2"),
         (["--duration", "-1"], "--duration"),
         (["--duration", "soon"], "--duration 'soon' is not a float"),
+        (["--duration", "inf"], "--duration inf: must be a finite number"),
+        (["--window", "1e999"], "--window inf: must be a finite number"),
+        (["--max-spread", "nan"], "--max-spread nan: must be a finite number"),
         (["--windows", "0"], "--windows 0: must be at least 1"),
         (["--latency-bound-ms", "0"], "--latency-bound-ms 0.0: must be more than 0"),
         (["--inject-fault", "card0:crash-once"], "a bench injects only into its timed path"),
@@ -213,6 +223,8 @@ def test_config_file_is_read_by_both_commands_and_flags_win(tmp_path: Path) -> N
         ("policies = 'cartpole'\n", "policies must be a list of str"),
         ("progress = 1\n", "progress must be a bool"),
         ("episodes = \n", "not valid TOML"),
+        ("hang_timeout = inf\n", "--hang-timeout inf: must be a finite number"),  # TOML has inf and nan
+        ("auto_max_seconds = nan\n", "--auto-max-seconds nan: must be a finite number"),
         ('policies = ["cartpole"]\n[envs]\ncartpole = "CartPole-v9"\n', "[envs] cartpole CartPole-v9: environment"),
     ],
 )
@@ -339,3 +351,11 @@ def test_each_option_s_choices_and_bounds_are_declared_once_and_hold_for_flags_a
         config.write_text("threads = 0\n")
         assert_usage_error(cli(command, "--config", str(config)), "--threads 0: must be at least 1")
     assert checked >= 6
+
+
+@pytest.mark.parametrize("args", [["--error-factor", "inf"], ["--drop-percent", "nan"], ["--error-factor", "1e999"]])
+def test_report_s_numbers_are_finite_as_every_option_s(args: list[str], tmp_path: Path) -> None:
+    proc = cli("report", "--compare", "a", "b", *args, "--results", str(tmp_path))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(f"harness report: error: argument {args[0]}: ") and "must be a finite number" in line, line

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.api import sweep
+from harness.errors import UsageError
 from harness.store.paths import check_run_id, inside
 from harness.store.schema import CheckRow
 from harness.store.claim import Claim
@@ -185,3 +187,58 @@ def test_report_of_a_run_with_no_checks_does_not_say_passed(tmp_path: Path) -> N
     headline = proc.stdout.splitlines()[0]
     assert proc.returncode == 0, proc.stderr
     assert headline.startswith("run bench-only: BENCH (status bench; 0 of 0 bench rows valid"), headline
+
+
+@pytest.mark.parametrize("command", ["diagnose", "repro"])
+def test_diagnose_and_repro_of_a_killed_sweep_say_how_to_finish_it(tmp_path: Path, command: str) -> None:
+    """A sweep killed with SIGKILL once it began: its `runs` row says running, its units wait in
+    the staging and it has no `checks` yet; exit 3 with the resume command, as `harness report`."""
+    results = tmp_path / "results"
+    _stored_run(results, "killed", {"policies": ["cartpole"]}, [], "running")
+    proc = harness(command, "killed", "--results", str(results), timeout=120)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr
+    resume = f"harness sweep --resume killed --results {results}"
+    assert proc.stderr.strip().splitlines() == [
+        f"harness: unfinished: run killed has not finished (status running): it is still running, or it stopped "
+        f"before it could record how it ended; finish it with: {resume}"
+    ]
+    assert f"finish it with: {resume}" in harness("report", "killed", "--results", str(results)).stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--episodes", "3"], "--resume two: --episodes 3, but the run was made with --episodes 2; a resumed run goes on"),
+        (["--episodes", "4"], "--episodes 4, but the run was made with --episodes 2"),  # the default, given
+        (["--dtypes", "float32"], "--dtypes float32, but the run was made with --dtypes float32,float16,bfloat16"),
+        (["--accelerator", "cpu"], "--accelerator cpu, but the run was made with --accelerator auto"),
+    ],
+)
+def test_resume_refuses_an_option_that_differs_from_the_run_s(tmp_path: Path, args: list[str], expected: str) -> None:
+    results = tmp_path / "results"
+    _stored_run(results, "two", {"policies": ["cartpole"], "episodes": 2}, [], "running")
+    assert_usage_error(cli("sweep", "--resume", "two", *args, "--results", str(results)), expected, "leave")
+    toml = tmp_path / "resume.toml"
+    toml.write_text("episodes = 5\n")
+    refused = cli("sweep", "--resume", "two", "--config", str(toml), "--results", str(results))
+    assert_usage_error(refused, "--episodes 5, but the run was made with --episodes 2")
+    with pytest.raises(UsageError, match="--episodes 6, but the run was made with --episodes 2"):
+        sweep(resume="two", episodes=6, results=str(results))  # the Python API alike
+    # Where it writes its JUnit file is the invocation's own, as where its results are.
+    junit = cli(
+        "sweep", "--resume", "two", "--junit-xml", str(tmp_path / "j.xml"), "--episodes", "3", "--results", str(results)
+    )
+    assert_usage_error(junit, "--episodes 3, but the run was made with --episodes 2")
+
+
+def test_resume_takes_the_run_s_options_and_applies_only_what_changes_no_outcome(tmp_path: Path) -> None:
+    from harness.run.command_plan import resume_config
+    from harness.run.options import SweepConfig
+
+    results = tmp_path / "results"
+    _stored_run(results, "two", {"policies": ["cartpole"], "episodes": 2, "hang_timeout": 300.0}, [], "running")
+    here = SweepConfig(results=str(results), resume="two", episodes=2, hang_timeout=900.0, max_memory_gib=8.0)
+    resumed, _ = resume_config(here, "two", {"episodes", "hang_timeout", "max_memory_gib", "run_id"})
+    assert (resumed.episodes, resumed.hang_timeout, resumed.max_memory_gib, resumed.results) == (2, 900.0, 8.0, str(results))
+    resumed, _ = resume_config(here, "two", set())  # not given: the run's own, never this invocation's defaults
+    assert (resumed.episodes, resumed.hang_timeout, resumed.max_memory_gib) == (2, 300.0, None)

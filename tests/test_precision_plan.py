@@ -39,7 +39,7 @@ from harness.run.diagnose import smallest_float32_set
 from harness.run.precision_plan import read_plan
 from tests import builders
 from tests.conftest import Head
-from tests.helpers import assert_usage_error, cli, read_table, sweep_on
+from tests.helpers import assert_usage_error, cli, harness, read_table, sweep_on
 
 # One batch size (64 rows: past the port rule's small-batch limit) beside the uniform and edge
 # batches every sweep has; no episodes: the plan's point is the batch checks.
@@ -126,6 +126,63 @@ def test_a_plan_that_does_not_apply_is_refused(overflow: Path, tmp_path: Path) -
     assert_usage_error(proc, "--keep-float32", "does not apply")
     plan.write_text("{}")
     assert_usage_error(cli("sweep", "--keep-float32", str(plan), "--results", str(tmp_path)), "not a precision plan")
+
+
+def _entry(policy: Path, layers: list[str], verified: bool) -> dict[str, Any]:
+    return {"policy": str(policy), "dtype": "float16", "layers": layers, "found_on": "", "steps": [], "verified": verified}
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected"),
+    [
+        ([], "the plan of run r holds no (policy, dtype): it keeps nothing in float32"),
+        # what `harness diagnose` writes where every layer in float32 still fails
+        ([_entry(Path("P"), ["body.0", "head"], verified=False)], "plans[0] (P float16) is no plan: `harness diagnose`"),
+        ([_entry(Path("P"), ["body.0"], True), _entry(Path("P"), [], True)], "plans[1] (P float16) keeps no layer"),
+    ],
+)
+def test_a_plan_that_keeps_nothing_is_refused(
+    overflow: Path, tmp_path: Path, entries: list[dict[str, Any]], expected: str
+) -> None:
+    plan = tmp_path / "plan.json"
+    for entry in entries:
+        entry["policy"] = str(overflow) if entry["policy"] == "P" else entry["policy"]
+    plan.write_text(json.dumps({"version": 1, "run_id": "r", "plans": entries}))
+    args = ("--policy", str(overflow), "--dtypes", "float16", "--keep-float32", str(plan), "--results", str(tmp_path))
+    named = expected.replace("P", str(overflow))
+    assert_usage_error(cli("sweep", *args), f"--keep-float32 {plan}: ", named, "applies nothing never passes")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_plan_nested_past_the_stack_is_one_line(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    plan.write_text("[" * 200_000)
+    proc = harness("sweep", "--keep-float32", str(plan), "--results", str(tmp_path), timeout=120)
+    assert_usage_error(proc, "not a precision plan", "JSON nested too deeply to read")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # a damaged model is no mismatch (exit 1): the script cannot run here
+        (["--device", "cpu", "--model", "damaged.pt"], "damaged.pt: not a model torch.jit can load ("),
+        (["--device", "cpu:3"], "--device cpu:3: there is one CPU device, cpu"),
+        (["--device", "cuda:x"], "--device cuda:x: expected cuda:N, npu:N or cpu"),
+    ],
+)
+def test_the_repro_script_says_what_keeps_it_from_running_in_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
+    from harness.run import repro_script
+
+    shutil.copy(repro_script.__file__, tmp_path / "repro.py")
+    (tmp_path / "manifest.json").write_text(json.dumps({"weights": {"sha256": "0" * 64, "origin": "cartpole"}}))
+    (tmp_path / "damaged.pt").write_bytes(b"PK\x03\x04" + bytes(100))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    run = subprocess.run(
+        [sys.executable, "repro.py", *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    [line] = run.stderr.strip().splitlines()
+    assert line.startswith("repro: ") and expected in line, line
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -20,7 +26,7 @@ import pytest
 
 from harness.store.views import connect, load_table
 from harness.store.writer import write_rows
-from tests.helpers import assert_usage_error, cli
+from tests.helpers import REPO, assert_usage_error, cli
 from tests.builders import bench_row
 
 SECRET = "outside-the-results-7f3a"
@@ -249,3 +255,53 @@ def test_other_statements_that_read_still_run(odd_results: Path, sql: str) -> No
     code, out, err = query(odd_results, sql, "--format", "json")
     assert code == 0, err
     assert json.loads(out)
+
+
+RUNAWAY = "SELECT count(*) FROM range(10000000000000::BIGINT)"  # hours of work, and no bound of its own
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_a_runaway_query_stops_on_ctrl_c_and_sigterm(results: Path, sig: signal.Signals) -> None:
+    """DuckDB computes in C++, where Python runs no signal handler until the query ends: the
+    command interrupts the query itself. The signal comes once the command has had time to
+    begin the query; sent sooner, it must stop it as well."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "harness", "query", RUNAWAY, "--results", str(results)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        time.sleep(5)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)  # it stops: never the hours the query would take
+    finally:
+        proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines() == ["harness: interrupted"] and not out
+
+
+def test_a_signal_while_the_query_runs_interrupts_it_in_process(results: Path) -> None:
+    """The same in this process, the signal sent once DuckDB is computing (its own thread shows it)."""
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        proc = cli("query", RUNAWAY, "--results", str(results))
+    finally:
+        timer.cancel()
+    assert (proc.returncode, proc.stderr) == (130, "harness: interrupted\n")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler, "the handler before is put back"
+
+
+def test_timeout_bounds_a_query(results: Path) -> None:
+    assert_usage_error(
+        cli("query", RUNAWAY, "--results", str(results), "--timeout", "0.5"),
+        "the query ran past --timeout 0.5 s and was stopped",
+    )
+    done = cli("query", "SELECT count(*) AS n FROM bench", "--results", str(results), "--timeout", "60", "--format", "csv")
+    assert (done.returncode, done.stdout) == (0, "n\n2\n")
+    for bad in ("0", "-1", "inf", "nan", "soon"):
+        refused = cli("query", "SELECT 1", "--results", str(results), "--timeout", bad)
+        assert refused.returncode == 2 and refused.stderr.startswith("harness query: error: argument --timeout: ")
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr

@@ -2,8 +2,9 @@
 
 The exact answers (identical returns pass, any difference where the CPU never varies fails, a
 return that is not finite fails), the three outcomes of the paired interval against the margin,
-the episodes an undecided verdict asks for, the margin's sources, and the published score judged
-the same way. A verdict is what its numbers are: the same returns give the same row.
+gross losses decided at a few episodes while honest cards are not failed there, the episodes an
+undecided verdict asks for, the margin's sources, and the published score judged the same way. A
+verdict is what its numbers are: the same returns give the same row.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import numpy as np
 import pytest
 
 from harness.judge.kinds import CheckKind
-from harness.judge.returns import MIN_EPISODES, Interval, Margin, Outcome, decide, expanded_level, interval, iqm
+from harness.judge.returns import Interval, Margin, Outcome, decide, expanded_level, interval, iqm, t_interval
 from harness.judge.returns import ReturnComparison
 from harness.judge.verdicts import ClosedLoopRules, Paired, Published, judge_published, judge_returns
 
@@ -100,11 +101,62 @@ def test_an_undecided_verdict_says_how_many_episodes_would_decide() -> None:
     assert decided.outcome != Outcome.INCONCLUSIVE, "twice the episodes it asked for decide it"
 
 
-def test_fewer_episodes_than_an_interval_needs_are_inconclusive() -> None:
+def test_a_gross_loss_fails_at_five_and_at_ten_episodes() -> None:
+    """A Hopper card returning about 200 against the CPU's 2439 (issue 34), and a lander card that
+    loses far more than its spread: FAIL with no minimum of episodes."""
+    rng = np.random.default_rng(10)
+    for n in (5, 10):
+        hopper = result(rng.normal(198, 120, n), rng.normal(2439, 40, n))
+        assert hopper.outcome == Outcome.FAIL and "it loses more than the margin" in hopper.detail, hopper.detail
+        assert hopper.return_diff_high < hopper.return_diff_fail_high < 0, "a loss at all beyond doubt, in its column"
+        lander = result(landings(rng, n) - 1000.0, landings(rng, n))
+        assert lander.outcome == Outcome.FAIL, lander.detail
     cpu = np.array([100.0, 250.0, -80.0, 230.0])
-    r = result(cpu - 1000.0, cpu)
-    assert r.outcome == Outcome.INCONCLUSIVE and r.episodes_needed is not None and r.episodes_needed >= MIN_EPISODES
-    assert f"fewer than the {MIN_EPISODES} an interval needs" in r.detail
+    assert result(cpu - 1000.0, cpu).outcome == Outcome.FAIL, "1000 less in each of 4 episodes: no spread to doubt"
+
+
+def test_an_honest_card_does_not_fail_at_a_few_episodes() -> None:
+    """Two draws of the lander's bimodal returns per seed, at 5 and 10 episodes, over many seeds:
+    never FAIL (the 95% interval alone failed about one in 200 of these at 5)."""
+    outcomes = [
+        Outcome(result(landings(rng, n), landings(rng, n)).outcome)
+        for seed in range(150)
+        for rng in [np.random.default_rng(100 + seed)]
+        for n in (5, 10)
+    ]
+    assert Outcome.FAIL not in outcomes and Outcome.PASS in outcomes
+
+
+def test_one_episode_has_no_spread_and_decides_nothing() -> None:
+    """Nor does it show that the CPU's return never varies."""
+    r = result(np.array([-1000.0]), np.array([200.0]))
+    assert r.outcome == Outcome.INCONCLUSIVE and r.episodes_needed is None
+    assert (r.return_diff_low, r.return_diff_high, r.return_diff_fail_high) == (-np.inf, np.inf, np.inf)
+
+
+def test_a_loss_below_the_margin_fails_only_beyond_doubt() -> None:
+    """At 5 episodes a 95% interval below the margin, but not far enough from zero: INCONCLUSIVE,
+    with the episodes that would decide; at those, the same spread FAILs."""
+    undecided = decide(Interval(-10.0, -18.0, -2.0), 1.0, 5)
+    assert undecided.outcome == Outcome.INCONCLUSIVE and "a loss at all is not beyond doubt" in undecided.reason
+    needed = undecided.episodes_needed
+    assert needed is not None and 5 < needed < 20 and f"about {needed} episodes would decide" in undecided.reason
+    from scipy.stats import t
+
+    for n, outcome in ((needed - 1, Outcome.INCONCLUSIVE), (needed, Outcome.FAIL)):
+        half = 8.0 * np.sqrt(5 / n) * t.ppf(0.975, n - 1) / t.ppf(0.975, 4)  # the same spread, n episodes
+        assert decide(Interval(-10.0, -10.0 - half, -10.0 + half), 1.0, n).outcome == outcome, (n, half)
+
+
+def test_the_t_interval_of_a_mean() -> None:
+    from scipy.stats import ttest_1samp
+
+    values = landings(np.random.default_rng(11), 7)
+    ci = ttest_1samp(values, 0.0).confidence_interval(0.95)
+    assert t_interval(values) == Interval(pytest.approx(values.mean()), pytest.approx(ci.low), pytest.approx(ci.high))
+    floored = t_interval(values, sd_floor=10 * values.std(ddof=1))
+    assert floored.high - floored.estimate == pytest.approx(10 * (ci.high - values.mean())), "a known spread it cannot narrow"
+    assert t_interval(np.full(3, 7.0)) == Interval.exact(7.0) and t_interval(np.array([7.0])).low == -np.inf
 
 
 def test_inconclusive_gates_only_when_required() -> None:
@@ -204,3 +256,22 @@ def test_a_required_published_score_gates_pass_and_fail_and_inconclusive_only_wh
     assert judge_published(cpu, score, ClosedLoopRules(published_gates=True, require_conclusive=True)).gating
     far = judge_published(cpu, Published(1000.0, 1.0, 100, "results.json"), ClosedLoopRules(published_gates=True))
     assert far.result.outcome == Outcome.FAIL and far.gating and not far.passed
+
+
+def test_a_published_score_far_above_our_returns_fails_at_a_few_episodes() -> None:
+    """A TRPO Ant played in another environment than its published score's (issue 34: 71 against
+    4982, a published std of 1200 taken as the least spread of ours): FAIL at 10 episodes, not
+    INCONCLUSIVE for want of episodes; at 5 the published spread leaves a loss in doubt."""
+    ant = np.random.default_rng(12).normal(71, 200, 10)
+    far = published(ant, 4982.0, 1200.0, 100)
+    assert far.outcome == Outcome.FAIL and "it loses more than the margin" in far.detail, far.detail
+    few = published(ant[:5], 4982.0, 1200.0, 100)
+    assert few.outcome == Outcome.INCONCLUSIVE and few.episodes_needed is not None and few.episodes_needed <= 10
+
+
+def test_a_few_episodes_that_happen_to_agree_do_not_fail_a_published_score() -> None:
+    """Four crashes of a lander whose landings make its published score: our spread of four is
+    tiny, the published one is not, and it bounds how sure our mean can be."""
+    crashes = np.array([-100.0, -96.0, -104.0, -101.0])
+    r = published(crashes, 124.0, 149.0, 100)
+    assert r.outcome == Outcome.INCONCLUSIVE and r.return_diff_high > -r.return_margin, r.detail

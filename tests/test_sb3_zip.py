@@ -12,6 +12,7 @@ import importlib.util
 import io
 import json
 import pickle
+import random
 import re
 import struct
 import warnings
@@ -238,6 +239,8 @@ def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
     text = tmp / "text.zip"
     text.write_text("not a zip")
     padded = json.dumps(json.loads(zipfile.ZipFile(src).read("data"))) + " " * (4 * 1024 * 1024)
+    digits = "".join(random.Random(0).choices("0123456789", k=200_000))  # random: it compresses as a real member
+    long_int = '{"seed": 1' + digits[1:] + ", " + zipfile.ZipFile(src).read("data").decode().lstrip()[1:]
 
     def data(name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
         return edit_data(src, tmp / f"{name}.zip", edit)
@@ -271,6 +274,9 @@ def _bad_files(src: Path, tmp: Path) -> dict[str, tuple[Path, str]]:
             "net_arch only inside a pickle",
         ),
         "bomb-ratio": (rewrite_zip(src, tmp / "bomb.zip", data=padded.encode()), "looks like a zip bomb"),
+        # Python reads an integer of up to 4300 digits, and float() of one past 308 overflows
+        "huge-int": (data("huge-int", lambda d: d[kwargs].update(n_lstm_layers=10**400)), "data: an integer of 401 digits"),
+        "long-int": (rewrite_zip(src, tmp / "long.zip", data=long_int.encode()), "data: an integer of 200000 digits"),
         "oversized": (
             rewrite_zip(src, tmp / "huge.zip", **{"policy.pth": bytes(MAX_MEMBER_BYTES + 1)}),
             "policy.pth is 67108865 bytes uncompressed, over the",
@@ -350,3 +356,15 @@ def test_a_central_directory_larger_than_its_count_says_is_refused(
     with pytest.raises(PolicyLoadError) as caught:
         load_sb3_zip(path)
     assert str(caught.value) == f"{path}: zip's central directory is {size} bytes, over the 10000 byte limit for 1000 members"
+
+
+def test_a_number_too_large_for_anything_in_data_is_one_line_from_the_command(tmp_path: Path) -> None:
+    from harness.policies import CARTPOLE_ZIP
+    from tests.helpers import assert_usage_error, harness
+
+    digits = "".join(random.Random(0).choices("123456789", k=200_000))
+    text = zipfile.ZipFile(CARTPOLE_ZIP).read("data").decode().lstrip()
+    huge = rewrite_zip(CARTPOLE_ZIP, tmp_path / "huge-int.zip", data=f'{{"seed": {digits}, {text[1:]}'.encode())
+    proc = harness("sweep", "--policy", str(huge), "--results", str(tmp_path / "results"), timeout=120)
+    assert_usage_error(proc, f"{huge}: data: an integer of 200000 digits, wider than 64 bits")
+    assert not (tmp_path / "results" / "runs").exists()

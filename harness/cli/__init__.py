@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import NoReturn
 
 from harness.cli import bench, diagnose, export_onnx, info, query, report, repro, sweep
-from harness.errors import InfrastructureError, RunLost, UsageError
+from harness.errors import InfrastructureError, RunLost, RunUnfinished, UsageError
 from harness.registry import Registry
 from harness.run.signals import sigterm_interrupts
 
@@ -85,6 +85,9 @@ def answer(command: Callable[[], int], name: str = "harness") -> int:
         return 3
     except RunLost as exc:  # another process holds the run now: this one published nothing, and says no verdict
         print(f"{name}: stopped: {exc}", file=sys.stderr)
+        return 3
+    except RunUnfinished as exc:
+        print(f"{name}: unfinished: {exc}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)

@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "forward order, then linear refinement), on the run's own cards and faults. Prints each step and the path "
         "of the plan; `harness sweep --keep-float32 PLAN` verifies it.",
         epilog="exit: 0 a plan was found for every failing dtype (or nothing needed one), 1 none passes even with "
-        "every layer in float32, 2 bad input, 3 Ray did not start",
+        "every layer in float32, 2 bad input, 3 Ray did not start or the run has not finished (stderr says how to finish it)",
     )
     rerun_arguments(parser, "search")
     parser.set_defaults(func=run)

@@ -1,19 +1,36 @@
-"""`harness query "SQL"`: DuckDB over the results, one view per table (runs, checks, episodes, bench)."""
+"""`harness query "SQL"`: DuckDB over the results, one view per table (runs, checks, episodes, bench).
+
+The query runs in a thread of its own: while DuckDB computes, the thread that called it is inside
+C++, where neither Ctrl-C nor SIGTERM's handler (harness/run/signals.py) runs until the query ends,
+for ever in a runaway one. The main thread waits instead, takes the signal or `--timeout`, and
+interrupts the query (`connection.interrupt()`).
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
+import signal
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from harness.run.option_fields import finite_number
+
 if TYPE_CHECKING:
+    import duckdb
     import pyarrow as pa
 
 FORMATS = ("table", "csv", "json")
+# What stops a query, and how often the waiting thread looks (a signal's handler runs between waits).
+STOPPING = (signal.SIGINT, signal.SIGTERM)
+POLL_S = 0.05
 EXAMPLE = 'harness query "SELECT run_id, policy, dtype, kind, detail FROM checks WHERE NOT passed"'
 
 
@@ -31,7 +48,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--results", default="results", metavar="DIR", help="folder of the Parquet datasets (default: results)"
     )
     parser.add_argument("--format", choices=FORMATS, default="table", help="output format (default: table)")
+    parser.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=None,
+        metavar="S",
+        help="stop a query still running after S seconds: exit 2 (default: none; Ctrl-C or SIGTERM stop it, exit 130)",
+    )
     parser.set_defaults(func=run)
+
+
+def _seconds(text: str) -> float:
+    value = finite_number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text}: must be more than 0 seconds")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     results = Path(args.results)
     require_results(results)
     with connect(results) as con:
-        rows = run_sql(con, args.sql)
+        rows = _interruptible(con, lambda: run_sql(con, args.sql), args.timeout)
         if args.format == "table":
             # All rows up to DuckDB's display cap, never cut to the terminal's width.
             con.from_arrow(rows).show(max_width=1_000_000, max_rows=1_000_000, max_col_width=1_000_000)
@@ -50,6 +81,57 @@ def run(args: argparse.Namespace) -> int:
             json.dump([_json_safe(r) for r in rows.to_pylist()], sys.stdout, default=str, allow_nan=False)
             sys.stdout.write("\n")
     return 0
+
+
+def _interruptible(con: duckdb.DuckDBPyConnection, query: Callable[[], pa.Table], timeout: float | None) -> pa.Table:
+    """`query`'s rows, computed in a thread while this one waits for them, for Ctrl-C or SIGTERM
+    (then KeyboardInterrupt) or for `timeout` (then a UsageError); either interrupts the query.
+    The signals only set a flag meanwhile: raised at any point of this, a KeyboardInterrupt could
+    leave the query running (the thread starting, its join marking it ended: CPython gh-90882)."""
+    from harness.errors import UsageError
+
+    outcome: list[pa.Table | BaseException] = []
+    done, signalled = threading.Event(), threading.Event()
+
+    def work() -> None:
+        try:
+            outcome.append(query())
+        except BaseException as exc:  # handed to the main thread, which raises it
+            outcome.append(exc)
+        finally:
+            done.set()
+
+    deadline = math.inf if timeout is None else time.monotonic() + timeout
+    with _signals_set(signalled):
+        threading.Thread(target=work, name="harness-query", daemon=True).start()
+        while not done.wait(POLL_S) and not signalled.is_set() and time.monotonic() < deadline:
+            pass
+        stopped = not done.is_set()
+        while not done.is_set():
+            con.interrupt()  # again and again: the query may not have begun at the first
+            done.wait(POLL_S)
+    if signalled.is_set():
+        raise KeyboardInterrupt
+    if stopped:
+        raise UsageError(f"the query ran past --timeout {timeout:g} s and was stopped")
+    [result] = outcome
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
+@contextlib.contextmanager
+def _signals_set(flag: threading.Event) -> Iterator[None]:
+    """While inside, Ctrl-C and SIGTERM set `flag` (in the main thread: elsewhere none comes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, lambda _s, _f: flag.set()) for s in STOPPING}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _csv(rows: pa.Table) -> str:

@@ -12,6 +12,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.run.option_fields import finite_number
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
@@ -34,13 +36,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--compare", nargs=2, metavar=("RUN_A", "RUN_B"), help="show what got worse from RUN_A to RUN_B")
     parser.add_argument(
         "--error-factor",
-        type=float,
+        type=finite_number,
         default=2.0,
         help="with --compare: flag max_abs that grew more than this factor (default: 2)",
     )
     parser.add_argument(
         "--drop-percent",
-        type=float,
+        type=finite_number,
         default=10.0,
         help="with --compare: flag decisions/s that dropped more than this (default: 10)",
     )

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "card's copy of the policy traced with torch.jit (model.pt), manifest.json (the check, the card, the "
         "dtype, versions and precision settings, sha256 of inputs and weights) and repro.py, which needs only "
         "torch: `python repro.py --device npu:0` reruns the model there and prints the mismatch.",
-        epilog="exit: 0 the folder is written, 2 bad input (no such failing check), 3 Ray did not start",
+        epilog="exit: 0 the folder is written, 2 bad input (no such failing check), 3 Ray did not start or the run has "
+        "not finished (stderr says how to finish it)",
     )
     rerun_arguments(parser, "rerun")
     parser.add_argument("--check", default=None, metavar="KIND", help="cpu_reference, cross_card or decisions")

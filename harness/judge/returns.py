@@ -18,13 +18,21 @@ at 500, a card bit-equal to the CPU); where the CPU's return never varies, any d
 (an environment that is not chaotic for this policy, where an honest card plays the CPU's
 episodes); a return that is not finite fails.
 
-The interval is the percentile bootstrap, expanded for small samples as Hesterberg (2015, "What
-teachers should know about the bootstrap") recommends: its level is raised until the normal
-quantile equals sqrt(n / (n - 1)) times Student's t of n - 1 degrees of freedom, which undoes the
-plain percentile interval's narrowness at a few dozen episodes. It is seeded (BOOTSTRAP_SEED), so
-a row is the same every time its returns are. Fewer than MIN_EPISODES pairs give no statistical
-answer at all: in simulation (`python -m benchmarks closed_loop_rule`) 4 to 12 episodes of
-bimodal returns failed honest cards up to 0.5% of the time even so.
+The interval of the paired difference is Student's t. An honest card's differences are symmetric
+about zero (per seed, card and CPU are two draws of one distribution, either one as likely to be
+the better), and under that symmetry the t statistic's tails at the usual levels are no heavier
+than normal theory's whatever the shape of the returns (Efron 1969, "Student's t-test under
+symmetry conditions"): its coverage holds at a few episodes, where the bootstrap's does not. So
+there is no minimum of episodes, and a loss far beyond the margin FAILs at 5. A FAIL also needs a
+loss at all beyond doubt at FAIL_LEVEL (the t interval's one-sided upper bound at 1 - FAIL_LEVEL
+below zero): with the 95% interval alone honest cards failed one time in 200 at 5 episodes, since
+at so few its width, not the margin, is what stands between an honest card and a FAIL. With it,
+an honest card FAILs about one time in 10,000 (`python -m benchmarks.closed_loop_rule`).
+
+Each side's own mean and IQM keep the percentile bootstrap (`interval`), expanded for small
+samples as Hesterberg (2015, "What teachers should know about the bootstrap") recommends: its
+level is raised until the normal quantile equals sqrt(n / (n - 1)) times Student's t of n - 1
+degrees of freedom. It is seeded (BOOTSTRAP_SEED), so a row is the same every time its returns are.
 """
 
 from __future__ import annotations
@@ -40,8 +48,14 @@ import numpy as np
 CONFIDENCE = 0.95
 RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
-# Pairs below which no interval is trusted: INCONCLUSIVE, unless an exact answer applies.
-MIN_EPISODES = 20
+# FAIL also needs a loss at all beyond doubt at this one-sided level: about how often an honest
+# card, whose paired differences are symmetric about zero, FAILs at any number of episodes. At 3
+# to 5 episodes of two far modes (a lander's landings and crashes) it is up to 1 in 1300 (every
+# card episode in one mode, every CPU one in the other: no rule tells that from a loss); 1 in
+# 1000 here would fail those honest cards up to 1 in 270 (at 3 episodes, simulated).
+FAIL_LEVEL = 0.0001
+# The 95% interval's upper quantile.
+_UPPER = 0.5 + CONFIDENCE / 2
 # The default margin: half of the environment's per-episode standard deviation. With 100 paired
 # episodes an honest card passes about 9 times in 10, and a card that loses one standard
 # deviation fails about 9 times in 10 (README, "Closed-loop returns").
@@ -73,6 +87,8 @@ class Margin:
         if not match:
             raise ValueError(f"{text!r} is neither a return (e.g. 10) nor a fraction of the spread (e.g. 0.5std)")
         number = float(match.group("number"))
+        if not math.isfinite(number):
+            raise ValueError(f"{text!r}: the margin must be a finite number")
         return Margin(fraction=number) if match.group("sd") else Margin(fraction=None, absolute=number)
 
     def of(self, spread: float) -> float:
@@ -145,6 +161,34 @@ def interval(values: np.ndarray, statistic: Callable[..., np.ndarray] = mean) ->
     return Interval(estimate, float(ci.low), float(ci.high))
 
 
+def t_interval(values: np.ndarray, sd_floor: float = 0.0) -> Interval:
+    """The mean of `values` with its Student-t 95% interval, their standard deviation taken as at
+    least `sd_floor` (a spread known beforehand, which a few values that happen to agree must
+    not narrow). Exact when the spread is zero; unbounded for one value, which has no spread."""
+    values = np.asarray(values, dtype=np.float64)
+    estimate = float(np.mean(values))
+    if values.size < 2:
+        return Interval(estimate, -math.inf, math.inf)
+    sd = max(float(np.std(values, ddof=1)), sd_floor)
+    if sd == 0:
+        return Interval.exact(estimate)
+    half = _t(values.size, _UPPER) * sd / math.sqrt(values.size)
+    return Interval(estimate, estimate - half, estimate + half)
+
+
+def _t(n: int, level: float) -> float:
+    """Student's t quantile of n - 1 degrees of freedom (scipy.special's, a hundred times quicker
+    than scipy.stats.t.ppf: `_needed` asks for dozens)."""
+    from scipy.special import stdtrit
+
+    return float(stdtrit(n - 1, level))
+
+
+def _doubt(n: int) -> float:
+    """How much wider the t interval's upper half is at 1 - FAIL_LEVEL than at 95%, for `n` values."""
+    return _t(n, 1 - FAIL_LEVEL) / _t(n, _UPPER)
+
+
 @dataclass(frozen=True)
 class Decision:
     """What the interval of a difference says against the margin."""
@@ -158,36 +202,79 @@ class Decision:
     reason: str
 
 
-def decide(
-    difference: Interval, margin: float, n: int, fixed_half_width: float = 0.0, min_episodes: int = MIN_EPISODES
-) -> Decision:
-    """PASS, FAIL or INCONCLUSIVE for `difference` (of `n` episodes) against `-margin`.
-    `fixed_half_width` is a part of the interval more episodes cannot shrink (a published mean's
-    own uncertainty); `min_episodes` other than MIN_EPISODES only to measure what it guards against."""
-    shown = f"difference {difference} against -{margin:.4g}"
-    if n < min_episodes:
-        needed: int | None = max(min_episodes, _needed(difference, margin, n, fixed_half_width) or min_episodes)
-        reason = f"{n} episodes are fewer than the {min_episodes} an interval needs ({shown})"
-        return Decision(Outcome.INCONCLUSIVE, difference, margin, needed, reason)
+def outcome(difference: Interval, margin: float, n: int) -> Outcome:
+    """The rule alone: PASS where `difference` (a 95% interval of `n` episodes, shaped as
+    Student's t) lies above `-margin`; FAIL where it lies below and its upper half, widened from
+    95% to 1 - FAIL_LEVEL as Student's t widens, ends below zero too (a loss at all beyond doubt);
+    INCONCLUSIVE otherwise."""
     if difference.low > -margin:
-        return Decision(Outcome.PASS, difference, margin, None, f"{shown}: the card loses less than the margin")
-    if difference.high < -margin:
-        return Decision(Outcome.FAIL, difference, margin, None, f"{shown}: it loses more than the margin")
+        return Outcome.PASS
+    if difference.high < -margin and fail_bound(difference, n) < 0:
+        return Outcome.FAIL
+    return Outcome.INCONCLUSIVE
+
+
+def decide(difference: Interval, margin: float, n: int, fixed_half_width: float = 0.0) -> Decision:
+    """The `outcome` of `difference` against `-margin`, with its reason and, undecided, the
+    episodes that would decide. `fixed_half_width` is a part of the interval more episodes cannot
+    shrink (a published mean's own uncertainty)."""
+    shown = f"difference {difference} against -{margin:.4g}"
+    decided = outcome(difference, margin, n)
+    if decided is Outcome.PASS:
+        return Decision(decided, difference, margin, None, f"{shown}: the card loses less than the margin")
+    if decided is Outcome.FAIL:
+        return Decision(decided, difference, margin, None, f"{shown}: it loses more than the margin")
     needed = _needed(difference, margin, n, fixed_half_width)
-    more = f"about {needed} episodes would decide" if needed else "no number of episodes decides: it sits on the margin"
-    return Decision(Outcome.INCONCLUSIVE, difference, margin, needed, f"{shown} straddles the margin; {more}")
+    if difference.high < -margin:
+        more = f"about {needed} episodes would decide" if needed else "no number of episodes decides"
+        doubt = f"at {n} episodes a loss at all is not beyond doubt (1 in {1 / FAIL_LEVEL:.0f})"
+        reason = f"{shown} lies below the margin, but {doubt}; {more}"
+    else:
+        more = f"about {needed} episodes would decide" if needed else "no number of episodes decides: it sits on the margin"
+        reason = f"{shown} straddles the margin; {more}"
+    return Decision(decided, difference, margin, needed, reason)
+
+
+def fail_bound(difference: Interval, n: int) -> float:
+    """The one-sided upper bound at 1 - FAIL_LEVEL of `difference`, a 95% interval of `n`
+    episodes shaped as Student's t: a FAIL needs it below zero. Unbounded below 2 episodes."""
+    return _fail_bound(difference.estimate, difference.high - difference.estimate, n)
+
+
+def _fail_bound(estimate: float, half: float, n: int) -> float:
+    """The bound from the 95% interval's upper `half`, widened as Student's t widens."""
+    if half == 0:
+        return estimate
+    return estimate + half * _doubt(n) if n > 1 else math.inf
+
+
+# Past this many episodes "about N would decide" is no longer an answer.
+_MOST_NEEDED = 10**9
 
 
 def _needed(difference: Interval, margin: float, n: int, fixed: float) -> int | None:
-    """Episodes whose interval, shrinking as 1 / sqrt(n), would clear -margin on the side the
-    estimate lies, the part more episodes cannot shrink (`fixed`) apart."""
-    gap = abs(difference.estimate + margin)
-    half = difference.estimate - difference.low if difference.estimate > -margin else difference.high - difference.estimate
+    """The fewest episodes whose interval would decide on the side the estimate lies: its part
+    more episodes can shrink (all but `fixed`) shrinking as Student's t quantile over sqrt(n).
+    None where none would (the estimate on the margin, `fixed` alone too wide) or n < 2."""
+    failing = difference.estimate < -margin
+    half = difference.high - difference.estimate if failing else difference.estimate - difference.low
     ours = math.sqrt(max(half**2 - fixed**2, 0.0))
-    room = gap**2 - fixed**2
-    if room <= 0 or ours == 0:
+    if n < 2 or not math.isfinite(ours) or ours == 0 or fixed >= abs(difference.estimate + margin):
         return None
-    return max(n + 1, math.ceil(n * ours**2 / room))
+
+    def decided(k: int) -> bool:
+        at = math.hypot(ours * math.sqrt(n / k) * _t(k, _UPPER) / _t(n, _UPPER), fixed)
+        return at < abs(difference.estimate + margin) and not (failing and _fail_bound(difference.estimate, at, k) >= 0)
+
+    low, high = n, n + 1
+    while not decided(high):  # doubling, then halving: the first count that decides
+        if high > _MOST_NEEDED:
+            return None
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if decided(middle) else (middle, high)
+    return high
 
 
 @dataclass(frozen=True)
@@ -214,7 +301,9 @@ class ReturnComparison:
     return_diff: float  # a - b: the mean paired difference (episode_return)
     return_diff_low: float
     return_diff_high: float
-    return_margin: float  # PASS when return_diff_low > -return_margin, FAIL when return_diff_high < -return_margin
+    return_diff_fail_high: float | None  # its one-sided upper bound at 1 - FAIL_LEVEL (None in rows before it)
+    # PASS: return_diff_low > -return_margin; FAIL: return_diff_high < -return_margin and return_diff_fail_high < 0
+    return_margin: float
     episodes_needed: int | None
     published_std: float | None
     detail: str
@@ -259,6 +348,7 @@ class ReturnComparison:
             return_diff=d.estimate,
             return_diff_low=d.low,
             return_diff_high=d.high,
+            return_diff_fail_high=fail_bound(d, n),
             return_margin=decision.margin,
             episodes_needed=decision.episodes_needed,
             published_std=published_std,

@@ -54,6 +54,7 @@ from harness.judge.golden import RatioLimits, compare_to_golden, row_errors
 from harness.judge.kinds import CheckKind
 from harness.judge.results import Result, holds
 from harness.judge.returns import Decision, Interval, Margin, Outcome, ReturnComparison, decide, interval, iqm, mean
+from harness.judge.returns import t_interval
 from harness.outputs import STATE_OUTPUTS, EpisodeOutput, Outputs
 
 # The `device_b` of a check, where the other side is no card: the CPU float32, the float64
@@ -408,7 +409,8 @@ def judge_returns(label: str, paired: Paired, rules: ClosedLoopRules, published_
         decision = _exact(Outcome.FAIL, margin, f"the card's return is not finite in {bad} of {n} episodes")
     elif not differ.size:
         decision = _exact(Outcome.PASS, margin, f"returns identical to the CPU's in all {n} episodes")
-    elif float(np.ptp(cpu)) == 0 and (rules.margin.absolute is None or margin == 0):
+    # One episode cannot show that the CPU's return never varies.
+    elif n > 1 and float(np.ptp(cpu)) == 0 and (rules.margin.absolute is None or margin == 0):
         first = int(differ[0])
         decision = _exact(
             Outcome.FAIL,
@@ -418,7 +420,7 @@ def judge_returns(label: str, paired: Paired, rules: ClosedLoopRules, published_
             Interval.exact(float(np.mean(card - cpu))),
         )
     else:
-        decision = decide(interval(card - cpu), margin, n)
+        decision = decide(t_interval(card - cpu), margin, n)
         decision = replace(decision, reason=f"{decision.reason}; {rules.margin.describe(spread, source)}")
     detail = "; ".join([decision.reason, _parting(paired)])
     seeds = [int(s) for s, step in zip(paired.seeds, paired.card_steps, strict=True) if step is not None]
@@ -485,10 +487,12 @@ def judge_published(cpu: np.ndarray, score: Published, rules: ClosedLoopRules) -
         outcome = Outcome.PASS if same else Outcome.FAIL
         decision = _exact(outcome, margin, f"{shown}: every return {'is' if same else 'differs from'} the published one")
     else:
+        # Our mean's t interval, its spread at least the published one: under the published
+        # score's own environment that is the spread, and four episodes that happen to agree
+        # (four crashes of a lander) must not make our mean surer than it allows.
         gap = ours.estimate - score.mean
-        difference = Interval(
-            gap, gap - math.hypot(ours.estimate - ours.low, fixed), gap + math.hypot(ours.high - ours.estimate, fixed)
-        )
+        half = math.hypot(t_interval(cpu, sd_floor=score.std).high - ours.estimate, fixed)
+        difference = Interval(gap, gap - half, gap + half)
         decision = decide(difference, margin, n, fixed)
         source = "the published std" if score.std >= spread else "std"
         exact = "" if stated else "; the published mean taken as exact (its episode count is not stated)"

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from harness.errors import PolicyLoadError
-from harness.files import read_start, read_whole
+from harness.files import json_value, read_start, read_whole
 
 # What is parsed as YAML: a run file, a model card's front matter. Real ones are a few kilobytes;
 # PyYAML's SafeLoader parses about a megabyte a second, and each actor loads the policy again.
@@ -333,9 +333,11 @@ def rl_zoo_algo(policy: Path) -> str | None:
 
 def _results_score(path: Path) -> PublishedScore:
     try:
-        data = json.loads(_decode(path, read_whole(path, MAX_YAML_BYTES, "a results file", PolicyLoadError)))
+        data = json_value(_decode(path, read_whole(path, MAX_YAML_BYTES, "a results file", PolicyLoadError)))
     except json.JSONDecodeError as exc:
         raise PolicyLoadError(path, f"is not JSON ({exc.msg} at line {exc.lineno})") from None
+    except ValueError as exc:
+        raise PolicyLoadError(path, str(exc)) from None
     fields = data if isinstance(data, dict) else {}
     mean, std = _number(fields.get("mean_reward")), _number(fields.get("std_reward"))
     if mean is None or std is None:

@@ -78,9 +78,11 @@ def _json(value: str | None, empty: Any) -> Any:
 
 def run_record(con: duckdb.DuckDBPyConnection, run_id: str) -> RunRecord:
     rows = _rows(con, "SELECT * FROM runs WHERE run_id = $run_id", run_id).to_pylist()
-    if not rows:
-        return RunRecord()
-    run = rows[-1]
+    return record_of(rows[-1]) if rows else RunRecord()
+
+
+def record_of(run: dict[str, Any]) -> RunRecord:
+    """A `runs` row as a RunRecord."""
     return RunRecord(
         status=run["status"],
         row=run,
@@ -160,15 +162,10 @@ class Report:
 
     @property
     def resumable(self) -> bool:
-        return self.unfinished and (self.results / ".staging" / self.run_id).is_dir()
+        return resumable(self.run_id, self.results, self.record)
 
     def resume_command(self) -> str:
-        """The command that finishes this run, as the sweep would have printed it."""
-        tail = ["--resume", self.run_id, "--results", str(self.results)]
-        address = self.record.config.get("address")
-        if "jobs/sweep.py" in str(self.record.row.get("command") or ""):
-            return "ray job submit --address http://DASHBOARD --working-dir . -- python jobs/sweep.py " + shlex.join(tail)
-        return "harness sweep " + shlex.join([*tail, *(["--address", str(address)] if address else [])])
+        return resume_command(self.run_id, self.results, self.record)
 
     def counts(self) -> str:
         """What the verdict stands on, in a few words."""
@@ -189,15 +186,7 @@ class Report:
         return f"run {self.run_id}: {self.verdict} (status {self.status}; {self.counts()})"
 
     def next_step(self) -> str:
-        """For a run that has not finished: what its status means, how it is finished, or why it cannot be."""
-        if not self.unfinished:
-            return ""
-        running = (
-            "it is still running, or it stopped before it could record how it ended; " if self.status == "running" else ""
-        )
-        if self.resumable:
-            return f"{running}finish it with: {self.resume_command()}"
-        return f"{running}its staged units are gone from {self.results / '.staging'}: run it again"
+        return next_step(self.run_id, self.results, self.record)
 
     def facts(self) -> list[tuple[str, str]]:
         """The run's provenance, as the terminal and the page's header list it."""
@@ -223,6 +212,30 @@ class Report:
             ("faults injected", run["faults"] or "none"),
             ("command", run["command"]),
         ]
+
+
+def resumable(run_id: str, results: Path, record: RunRecord) -> bool:
+    return unfinished(record.status) and (results / ".staging" / run_id).is_dir()
+
+
+def resume_command(run_id: str, results: Path, record: RunRecord) -> str:
+    """The command that finishes run `run_id`, as the sweep would have printed it."""
+    tail = ["--resume", run_id, "--results", str(results)]
+    address = record.config.get("address")
+    if "jobs/sweep.py" in str(record.row.get("command") or ""):
+        return "ray job submit --address http://DASHBOARD --working-dir . -- python jobs/sweep.py " + shlex.join(tail)
+    return "harness sweep " + shlex.join([*tail, *(["--address", str(address)] if address else [])])
+
+
+def next_step(run_id: str, results: Path, record: RunRecord) -> str:
+    """For a run that has not finished: what its status means, how it is finished, or why it
+    cannot be; every command that meets such a run (report, diagnose, repro) says this."""
+    if not unfinished(record.status):
+        return ""
+    running = "it is still running, or it stopped before it could record how it ended; " if record.status == "running" else ""
+    if resumable(run_id, results, record):
+        return f"{running}finish it with: {resume_command(run_id, results, record)}"
+    return f"{running}its staged units are gone from {results / '.staging'}: run it again"
 
 
 def versions(run: dict[str, Any]) -> str:

@@ -8,8 +8,9 @@ table records (`CommonPlan.recorded`, byte for byte), what `--resume` reads back
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -20,6 +21,7 @@ from harness.inference.fault_specs import MODEL_KINDS, Fault, parse_faults, refu
 from harness.judge.compare import TOLERANCES, Tolerance
 from harness.judge.golden import RatioLimits
 from harness.judge.returns import Margin
+from harness.run.option_fields import meta_of
 from harness.run.options import (
     BenchConfig,
     CommonOptions,
@@ -126,13 +128,15 @@ def common_plan(config: CommonOptions, faults: list[Fault]) -> CommonPlan:
     )
 
 
-def sweep_plan(config: SweepConfig) -> SweepPlan:
+def sweep_plan(config: SweepConfig, given: Collection[str] = ()) -> SweepPlan:
     """The plan of a validated sweep config; with --resume, of the interrupted run's own config
     (so its units are planned again, identically), where to find the results and the cluster
-    coming from this invocation. UsageError for a spec that does not parse or does not fit."""
+    coming from this invocation. `given`: the options this invocation set (flags, its config
+    file), each refused with --resume where it differs from the run's, but those in
+    RESUME_APPLIES. UsageError for a spec that does not parse or does not fit."""
     if config.resume is None:
         return _sweep_plan(config, None)
-    resumed, started_at = resume_config(config, config.resume)
+    resumed, started_at = resume_config(config, config.resume, given)
     try:
         return _sweep_plan(validate(resumed), started_at)
     except UsageError as exc:
@@ -171,7 +175,10 @@ def _kept(config: SweepConfig) -> dict[tuple[str, str], tuple[str, ...]]:
         return {}
     from harness.run.precision_plan import read_plan
 
-    kept = read_plan(Path(config.keep_float32)).kept()
+    try:
+        kept = read_plan(Path(config.keep_float32)).kept()
+    except ValueError as exc:
+        raise UsageError(f"--keep-float32 {config.keep_float32}: {exc}; a plan that applies nothing never passes") from None
     for policy, dtype in kept:
         if policy not in config.policies or dtype not in config.dtypes:
             raise UsageError(
@@ -238,9 +245,21 @@ def ratio_limits(limits: list[float]) -> RatioLimits:
         ) from None
 
 
-def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
+# What a resumed run takes from the invocation that resumes it: where its results, its cluster
+# and its JUnit file are, always; and where given, what changes no unit's outcome (how long an
+# actor may take, the memory guard).
+RESUME_FROM_HERE = ("results", "address", "progress", "junit_xml")
+RESUME_APPLIES = (*RESUME_FROM_HERE, "hang_timeout", "max_memory_gib")
+# The invocation's own: --resume RUN names the run, whatever --run-id says.
+RESUME_OWN = ("resume", "run_id")
+
+
+def resume_config(config: SweepConfig, run_id: str, given: Collection[str] = ()) -> tuple[SweepConfig, str]:
     """The interrupted run `run_id`'s own configuration, not yet validated, and its start time.
-    Where to find the results and the cluster come from this invocation."""
+    RESUME_APPLIES come from this invocation (where it set them); any other option it set must be the
+    run's own: a UsageError names it and both values, where the run would go on with its own
+    while `runs.command` recorded the other."""
+    from harness.store.claim import refuse_held
     from harness.store.paths import STAGING
     from harness.store.writer import read_run
 
@@ -248,6 +267,7 @@ def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
     try:
         [stored] = read_run(results, run_id)
     except (FileNotFoundError, ValueError):
+        refuse_held(results, run_id)  # claimed and starting: its row comes once its actors are up
         raise UsageError(f"--resume {run_id}: no such run in {results}") from None
     if not (results / STAGING / run_id).is_dir():
         raise UsageError(f"--resume {run_id}: that run finished ({stored['status']}); nothing to resume")
@@ -257,6 +277,22 @@ def resume_config(config: SweepConfig, run_id: str) -> tuple[SweepConfig, str]:
         raise UsageError(
             f"--resume {run_id}: its stored configuration is not one this harness reads ({first_line(exc)})"
         ) from None
-    resumed.results, resumed.address, resumed.progress = config.results, config.address, config.progress
+    for f in dataclasses.fields(config):
+        ours, theirs = getattr(config, f.name), getattr(resumed, f.name)
+        if f.name in given and f.name not in (*RESUME_APPLIES, *RESUME_OWN) and ours != theirs:
+            flag = meta_of(f).flag
+            raise UsageError(
+                f"--resume {run_id}: {flag} {_shown(ours)}, but the run was made with {flag} {_shown(theirs)}; "
+                f"a resumed run goes on with its own options: leave {flag} out, or start a new run"
+            )
+    for name in RESUME_APPLIES:
+        if name in RESUME_FROM_HERE or name in given:
+            setattr(resumed, name, getattr(config, name))
     resumed.resume, resumed.run_id = run_id, run_id
     return resumed, stored["started_at"]
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "(none)"
+    return "(unset)" if value is None else str(value)

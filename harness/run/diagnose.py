@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from harness.devices import resolve_accelerator
 from harness.dtypes import kept_label
-from harness.errors import UsageError
+from harness.errors import RunUnfinished, UsageError
 from harness.judge.kinds import CheckKind
 from harness.policies import PolicyNet, PolicySpec
 from harness.policies.keep_float32 import precision_layers
@@ -34,6 +34,8 @@ from harness.run.place import Placement, place_sweep
 from harness.run.plan import Inputs, load_policies, plan_inputs, plan_units
 from harness.run.precision_plan import KeptLayers, Plan, Step, write_plan
 from harness.run.sweep import judge_units
+from harness.report.outcome import unfinished
+from harness.report.run_report import next_step, record_of
 from harness.store.paths import inside, table_dir
 from harness.store.writer import read_run
 
@@ -87,12 +89,16 @@ def smallest_float32_set(layers: list[str], passes: Callable[[tuple[str, ...]], 
 
 
 def stored_config(results: Path, run_id: str) -> SweepConfig:
-    """The configuration run `run_id` swept with; a UsageError where there is none to read."""
+    """The configuration run `run_id` swept with; a UsageError where there is none to read,
+    RunUnfinished where the run has not finished (it has no checks to read yet)."""
     try:
         [stored] = read_run(results, run_id)
         config = SweepConfig(**json.loads(stored["config_json"]))
     except (FileNotFoundError, ValueError, TypeError):
         raise UsageError(f"{run_id}: no sweep by that id in {results}") from None
+    record = record_of(stored)
+    if unfinished(record.status):
+        raise RunUnfinished(f"run {run_id} has not finished (status {record.status}): {next_step(run_id, results, record)}")
     return config
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +76,9 @@ class Meta:
         for v in values:
             if allowed is not None and v not in allowed:
                 raise UsageError(f"{self.flag} {v!r} is not one of {', '.join(allowed)}")
+            # A bound alone lets inf through (and nan past `at_least`); no option means either.
+            if isinstance(v, float) and not math.isfinite(v):
+                raise UsageError(f"{self.flag} {v}: must be a finite number{self._range()}")
             if self.at_least is not None and v < self.at_least:
                 raise UsageError(f"{self.flag} {v}: must be at least {self.at_least}{self._range()}")
             if self.above is not None and not v > self.above:
@@ -271,6 +275,18 @@ def parsed(meta: Meta, raw: Any) -> Any:
         return meta.parse(raw)
     except ValueError as exc:
         raise UsageError(f"{meta.flag} {raw!r}: {exc}") from None
+
+
+def finite_number(text: str) -> float:
+    """An argparse type for the flags declared outside these dataclasses: a finite number, as
+    `Meta.check` holds every declared one to (inf, nan and 1e999 refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text}: must be a finite number")
+    return value
 
 
 def _scalar(flag: str, raw: str, type_: type) -> Any:

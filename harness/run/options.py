@@ -283,7 +283,11 @@ class SweepConfig(CommonOptions):
         metavar="PLAN",
     )
     resume: str | None = option(
-        "--resume", "run id of an interrupted sweep: run only its missing units", None, metavar="RUN_ID"
+        "--resume",
+        "run id of an interrupted sweep: run only its missing units, with the run's own options (--hang-timeout and "
+        "--max-memory given here apply; any other option that differs from the run's is refused)",
+        None,
+        metavar="RUN_ID",
     )
 
 

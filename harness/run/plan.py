@@ -40,7 +40,7 @@ INVARIANCE_ROWS = (1, 8)
 LOADER_DTYPE = "float32"
 # A published score is compared with the CPU float32's episodes, whatever the cards run.
 PUBLISHED_DTYPE = "float32"
-# The first round of `--episodes auto`: enough pairs for an interval (harness.judge.returns.MIN_EPISODES).
+# The first round of `--episodes auto`; later rounds grow to what the undecided verdicts ask for.
 AUTO_FIRST_ROUND = 24
 
 

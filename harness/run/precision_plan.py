@@ -13,7 +13,7 @@ from typing import Any
 
 from harness.dtypes import CARD_DTYPES, kept_label
 from harness.errors import UsageError
-from harness.files import read_text
+from harness.files import json_value, read_text
 
 PLAN_VERSION = 1
 # A plan is a few kilobytes; read no more than this.
@@ -56,8 +56,20 @@ class Plan:
     plans: tuple[KeptLayers, ...] = field(default_factory=tuple)
 
     def kept(self) -> dict[tuple[str, str], tuple[str, ...]]:
-        """(policy, dtype) -> the layers to keep in float32, for the plans that passed."""
-        return {(p.policy, p.dtype): p.layers for p in self.plans if p.verified and p.layers}
+        """(policy, dtype) -> the layers to keep in float32. ValueError naming the entry that
+        applies nothing (no plan found, no layer kept) or a plan of no entries: a sweep of it
+        would run the plain dtype under the plain label and pass as if the plan had."""
+        if not self.plans:
+            raise ValueError(f"the plan of run {self.run_id} holds no (policy, dtype): it keeps nothing in float32")
+        for i, p in enumerate(self.plans):
+            if not p.verified:
+                raise ValueError(
+                    f"plans[{i}] ({p.policy} {p.dtype}) is no plan: `harness diagnose` found none, every layer in "
+                    "float32 still failed"
+                )
+            if not p.layers:
+                raise ValueError(f"plans[{i}] ({p.policy} {p.dtype}) keeps no layer in float32")
+        return {(p.policy, p.dtype): p.layers for p in self.plans}
 
 
 def write_plan(path: Path, plan: Plan) -> Path:
@@ -70,7 +82,7 @@ def read_plan(path: Path) -> Plan:
     """The plan in `path`; a UsageError saying what is wrong with a file that is not one."""
     text = read_text(path, MAX_PLAN_BYTES, "--keep-float32")
     try:
-        raw = json.loads(text)
+        raw = json_value(text)
         if raw.get("version") != PLAN_VERSION:
             raise ValueError(f"version {raw.get('version')!r}, this harness reads {PLAN_VERSION}")
         plans = tuple(_kept(p) for p in raw["plans"])

@@ -28,19 +28,29 @@ def torch_version() -> str:
 # The submitting side's commit, where the code runs from no git checkout: `ray job submit` uploads
 # the working dir without .git, so the job is told (README: `--runtime-env-json` with env_vars).
 GIT_REVISION_VAR = "HARNESS_GIT_REVISION"
+# Tracked files that differ from the commit: the code that ran is not the commit alone.
+DIRTY = "-dirty"
+UNKNOWN_REVISION = "unknown"
 
 
-def git_revision() -> str:
-    """The checkout's commit; where the package is in no git checkout, HARNESS_GIT_REVISION; else ""."""
+def git_revision(checkout: Path = Path(__file__).parent) -> str:
+    """The commit of the checkout `checkout` is in, DIRTY after it where tracked files differ
+    from it; where it is in no checkout, HARNESS_GIT_REVISION as the submitting side set it;
+    else UNKNOWN_REVISION, never an empty string that reads as nothing to say."""
+    head = _git(checkout, "rev-parse", "HEAD")
+    if head is None:
+        return os.environ.get(GIT_REVISION_VAR, "").strip() or UNKNOWN_REVISION
+    changed = _git(checkout, "status", "--porcelain", "--untracked-files=no")
+    return head + (DIRTY if changed else "")
+
+
+def _git(where: Path, *args: str) -> str | None:
+    """`git ARGS`' output in `where`; None where git is missing, slow or says no."""
     try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).parent
-        )
-        if out.returncode == 0:
-            return out.stdout.strip()
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, cwd=where)
     except (OSError, subprocess.TimeoutExpired):
-        pass
-    return os.environ.get(GIT_REVISION_VAR, "")
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
 
 
 def new_run_row(

@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,9 +99,13 @@ class Unavailable(Exception):
 def _torch_on(device: str) -> Any:
     """torch, with the device's backend: torch_npu for npu, CUDA for cuda; Unavailable where the
     device is not there (never a silent run on another)."""
-    kind = device.split(":")[0]
-    if kind not in ("cpu", "cuda", "npu"):
+    named = re.fullmatch(r"(cpu|cuda|npu)(?::([0-9]+))?", device)
+    if named is None:
         raise Unavailable(f"--device {device}: expected cuda:N, npu:N or cpu")
+    kind, index = named.group(1), named.group(2)
+    if kind == "cpu" and index not in (None, "0"):
+        # torch takes any index on the CPU and runs on the one CPU there is: never that silently.
+        raise Unavailable(f"--device {device}: there is one CPU device, cpu")
     if kind != "npu":
         # An installed torch_npu without its CANN toolkit breaks `import torch`; only npu needs it.
         os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
@@ -117,7 +122,7 @@ def _torch_on(device: str) -> Any:
     count = backend.device_count() if backend is not None and backend.is_available() else 0
     if count == 0:
         raise Unavailable(f"--device {device}: no {kind} device is available here")
-    if ":" in device and int(device.split(":")[1]) >= count:
+    if index is not None and int(index) >= count:
         raise Unavailable(f"--device {device}: this machine has {count} {kind} device(s)")
     return torch
 
@@ -128,7 +133,11 @@ def _load(torch: Any, path: Path, device: str, weights: dict[str, Any]) -> Any:
             f"{path}: no model; the weights were not copied into this folder (sha256 {weights['sha256']}, from "
             f"{weights['origin']}): ask for the card's model.pt and pass --model"
         )
-    model = torch.jit.load(str(path), map_location=device)
+    try:
+        model = torch.jit.load(str(path), map_location=device)
+    except (RuntimeError, ValueError, OSError) as exc:  # a damaged or foreign file: not the mismatch (exit 1)
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise Unavailable(f"{path}: not a model torch.jit can load ({first})") from None
     digest = weights_sha256(model)
     if digest != weights["sha256"]:
         raise Unavailable(f"{path}: its weights' sha256 is {digest}, the run's card held {weights['sha256']}")

@@ -255,6 +255,14 @@ def _owner_line(path: Path) -> str:
     return owner.describe() if owner else f"the process that made {path}"
 
 
+def refuse_held(results: Path, run_id: str) -> None:
+    """For `--resume` of a run that has no `runs` row yet: the UsageError `Claim.take` would say
+    where a process holds the run (it is still starting: "wait for it to end"), else nothing."""
+    owners = _owner_files(inside(results, results / STAGING / run_id))
+    if owners:
+        _may_take_over(results, run_id, "--resume", owners[-1][1], resume=True)
+
+
 def _may_take_over(results: Path, run_id: str, where: str, path: Path | None, resume: bool) -> None:
     """Nothing where the run may be claimed: its claim is free (`path` None) or its owner gone,
     and a new run claims only a run that wrote nothing yet (`--resume` finishes one that did);

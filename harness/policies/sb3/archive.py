@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from harness.errors import PolicyLoadError, first_line
-from harness.files import read_whole
+from harness.files import json_value, read_whole
 from harness.policies.loader import check_zip_directory
 
 # The largest member we will inflate; real policies are kilobytes to a few megabytes.
@@ -167,11 +167,11 @@ def _sb3_version(path: Path, zf: zipfile.ZipFile, names: set[str]) -> str:
 
 def parse_data(path: Path, text: str) -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = json_value(text)
     except json.JSONDecodeError as exc:
         raise PolicyLoadError(path, f"data is not JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise PolicyLoadError(path, "data is JSON nested too deeply to read") from None
+    except ValueError as exc:
+        raise PolicyLoadError(path, f"data: {exc}") from None
     if not isinstance(data, dict):
         raise PolicyLoadError(path, "data is JSON but not an object")
     return data
