@@ -78,11 +78,19 @@ def unusable(exc: OSError | RuntimeError) -> str:
 
 
 def check_output_file(path: Path, flag: str) -> Path:
-    """`path`, if a run may write a file there: not a folder, in a folder this process can write."""
-    if path.is_dir():
-        raise UsageError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'harness.xml'}")
-    folder = path.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+    """`path`, if a run may write a file there: not a folder, in a folder this process can write.
+    Anything else that is there already (a FIFO, whose writer waits for a reader for ever, a
+    device) is refused too, and so is a path that cannot be looked at (a name too long)."""
+    try:
+        if path.is_dir():
+            raise UsageError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'harness.xml'}")
+        if path.exists() and not path.is_file():
+            raise UsageError(f"{flag} {path}: is not a regular file; give a file name")
+        folder = path.parent
+        usable = folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot be written: {unusable(exc)}") from None
+    if not usable:
         raise UsageError(f"{flag} {path}: its folder {folder} is missing or not writable by this process")
     return path
 
