@@ -11,10 +11,6 @@ The loader is the one `--policy PATH` uses (`harness.policies.load_policy`), cal
 a few refused mutants go through the real command too. Hypothesis draws a fixed number of
 mutants per case, derandomized, so CI runs the same ones every time (the README's testing
 section states the counts).
-
-Left out of the draws until the red-team branch is merged, which fixes them (issue 35, JSON a
-user hands in parsed within bounds): integers wider than 64 bits in `data` (OverflowError where a
-count is read) and nesting past Python's recursion limit (RecursionError from json).
 """
 
 from __future__ import annotations
@@ -65,15 +61,15 @@ CASES = {
     "mlagents-3dball": Case("mlagents-3DBall", "3DBall.onnx"),
 }
 
-# What a JSON value of `data` is swapped for: every other type, numbers at the edges of a double,
-# long strings and nesting deeper than any save has (but not so deep that json's recursion stops).
+# What a JSON value of `data` is swapped for: every other type, numbers at the edges of a double
+# and past 64 bits, long strings, and nesting deeper than any save has.
 REPLACEMENTS: tuple[Any, ...] = (
     None, True, False, 0, -1, 1, 2**31, 2**63, -(2**63), 10**30, 0.5, -0.0, 1e308, -1e308, 5e-324,
     float("nan"), float("inf"), float("-inf"), "", "x" * 10_000, "None", "auto", ":serialized:",
     [], [None], [0, 0, 0], [-1], [1e308], {}, {"": None}, {":type:": "<class 'int'>", ":serialized:": "AAAA"},
-    [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
+    [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]], 2**64, 10**400, -(10**400), int("9" * 4000),
 )  # fmt: skip
-DEEP = 900  # json.loads recurses once per level; Python's limit is 1000
+DEEP = 200_000  # past Python's recursion limit many times over, as json.loads would recurse
 
 
 def json_paths(value: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
