@@ -1,10 +1,25 @@
 """Errors a user can cause. The command line prints them as one line and exits 2."""
 
+from __future__ import annotations
+
+import unicodedata
+
 
 def first_line(exc: BaseException) -> str:
     """An exception as one line of an error message: its message's first line, or its type."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def one_line(text: str) -> str:
+    """`text` as the one line an error is, whatever the user's values in it hold: each control
+    character (a newline, a carriage return, an escape that moves a terminal's cursor) and each
+    character that `str.splitlines` breaks at written as its escape, e.g. `\\n`."""
+    return "".join(c.encode("unicode_escape").decode() if _breaks(c) else c for c in text)
+
+
+def _breaks(c: str) -> bool:
+    return unicodedata.category(c) == "Cc" or c in "\u2028\u2029"
 
 
 class UsageError(Exception):

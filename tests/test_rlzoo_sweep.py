@@ -106,13 +106,14 @@ def test_the_corpus_is_all_there(rlzoo: Path) -> None:
 def test_each_agent_plays_its_published_score(swept: tuple[list[str], Path], rlzoo: Path) -> None:
     """The CPU float32's deterministic mean return of each agent lies within max(std, 5%, 2) of
     its published mean, and its `published_return` check, made from the RL Zoo's own table with
-    nothing beside the agent, passed and names that table. An agent the table has no score for
-    gets no such check."""
+    nothing beside the agent, names that table and did not fail (INCONCLUSIVE is an honest answer
+    for a spread-out environment at these episodes; FAIL would be an environment or weights that
+    are not the agent's). An agent the table has no score for gets no such check."""
     runs, results = swept
     scores = published_scores(rlzoo)
     episodes = read_table(results, "episodes").to_pylist()
     checks = read_table(results, "checks").to_pylist()
-    far = []
+    wrong = []
     for run in runs:
         algo, env = run.split("/")[0], run.split("/")[1].removesuffix("_1")
         path = str(rlzoo_zip(run))
@@ -124,19 +125,22 @@ def test_each_agent_plays_its_published_score(swept: tuple[list[str], Path], rlz
             and row["mode"] == "deterministic"
             and row["dtype"] == "float32"
         ]
-        assert returns, f"{run}: no deterministic CPU episodes"
         published = [row for row in checks if row["policy"] == path and row["kind"] == "published_return"]
-        if (algo, env) == UNSCORED:
-            assert not published, (run, published)
+        if not returns:
+            wrong.append(f"{run}: no deterministic CPU episodes")
             continue
-        mean = sum(returns) / len(returns)
-        score = scores[(algo, env)]
+        if (algo, env) == UNSCORED:
+            wrong += [f"{run}: a published_return check without a published score"] if published else []
+            continue
+        mean, score = sum(returns) / len(returns), scores[(algo, env)]
         if abs(mean - score.mean) > score.tolerance():
-            far.append(f"{run}: {mean:.2f} over {len(returns)} episodes, published {score.mean} +/- {score.std}")
-        assert published, f"{run}: no published_return check"
-        assert all(row["passed"] for row in published), (run, [row["detail"] for row in published])
-        assert any("benchmark" in row["detail"] for row in published), (run, published[0]["detail"])
-    assert not far, "\n".join(far)
+            wrong.append(f"{run}: {mean:.2f} over {len(returns)} episodes, published {score.mean} +/- {score.std}")
+        if not published:
+            wrong.append(f"{run}: no published_return check")
+        for row in published:
+            if row["outcome"] == "fail" or "benchmark" not in row["detail"]:
+                wrong.append(f"{run}: published_return {row['outcome']}: {row['detail']}")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_two_cards_agree_on_each_agent(swept: tuple[list[str], Path]) -> None:

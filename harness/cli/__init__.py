@@ -11,10 +11,10 @@ import argparse
 import sys
 from collections.abc import Callable
 from types import ModuleType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from harness.cli import bench, diagnose, export_onnx, info, query, report, repro, sweep
-from harness.errors import InfrastructureError, RunLost, RunUnfinished, UsageError
+from harness.errors import InfrastructureError, RunLost, RunUnfinished, UsageError, one_line
 from harness.registry import Registry
 from harness.run.signals import sigterm_interrupts
 
@@ -40,7 +40,17 @@ class Parser(argparse.ArgumentParser):
     """argparse that reports a usage mistake in one line, like every other error of ours."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+    def _get_values(self, action: argparse.Action, arg_strings: list[str]) -> Any:
+        # Python 3.11's argparse drops the value of `--cards=--` as if it were the end of the
+        # options and hands the option an empty list, which no option's code expects.
+        # A positional of one value given as `--` after `--` is handed an empty list the same way.
+        if arg_strings == ["--"] and (action.option_strings or action.nargs is None):
+            self.error(
+                f"argument {'/'.join(action.option_strings) or action.metavar or action.dest}: expected a value, not --"
+            )
+        return super()._get_values(action, arg_strings)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,16 +88,16 @@ def answer(command: Callable[[], int], name: str = "harness") -> int:
         with sigterm_interrupts():
             return command()
     except UsageError as exc:
-        print(f"{name}: error: {exc}", file=sys.stderr)
+        print(f"{name}: error: {one_line(str(exc))}", file=sys.stderr)
         return 2
     except InfrastructureError as exc:  # a sweep says this with its resume command; here before a run exists
-        print(f"{name}: incomplete: {exc}", file=sys.stderr)
+        print(f"{name}: incomplete: {one_line(str(exc))}", file=sys.stderr)
         return 3
     except RunLost as exc:  # another process holds the run now: this one published nothing, and says no verdict
-        print(f"{name}: stopped: {exc}", file=sys.stderr)
+        print(f"{name}: stopped: {one_line(str(exc))}", file=sys.stderr)
         return 3
     except RunUnfinished as exc:
-        print(f"{name}: unfinished: {exc}", file=sys.stderr)
+        print(f"{name}: unfinished: {one_line(str(exc))}", file=sys.stderr)
         return 3
     except KeyboardInterrupt:
         print(f"{name}: interrupted", file=sys.stderr)

@@ -51,10 +51,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from harness.errors import UsageError
-    from harness.store.paths import check_run_id
+    from harness.store.paths import check_run_id, check_writable_folder
     from harness.store.views import connect, require_results, resolve_run
 
     results = Path(args.results)
+    if args.out is not None:
+        check_writable_folder(Path(args.out), "--out")
     if args.compare and args.run_id:
         raise UsageError("--compare RUN_A RUN_B takes no RUN_ID")
     for where, run_id in [("RUN_ID", args.run_id), *(("--compare", r) for r in args.compare or [])]:

@@ -56,7 +56,7 @@ def load_source(spec: PolicySpec) -> PolicyNet:
     if source in BUILTINS:
         return BUILTINS.get(source)()
     path = resolve_hf(source) if source.startswith(SCHEME) else Path(source)
-    if path.suffix not in suffixes() and path.is_dir():  # a folder named like a file is refused as one
+    if path.suffix not in suffixes() and _is_folder(path):  # a folder named like a file is refused as one
         path = find_policy_file(path, source)
     elif path.suffix not in suffixes():
         close = BUILTINS.nearest(source)
@@ -66,6 +66,14 @@ def load_source(spec: PolicySpec) -> PolicyNet:
             f"{', '.join(suffixes())}, a folder holding one, or {SCHEME}owner/name"
         )
     return format_of(path).load(path, spec)
+
+
+def _is_folder(path: Path) -> bool:
+    """Whether `path` is a folder; one that cannot be looked at (a name too long) is refused in one line."""
+    try:
+        return path.is_dir()
+    except OSError as exc:
+        raise PolicyLoadError(path, f"cannot read: {exc.strerror or exc}") from None
 
 
 def format_of(path: Path) -> type[PolicyFormat]:

@@ -44,24 +44,53 @@ def check_results_folder(results: Path) -> Path:
     """`results`, if a run may write there: a folder (or a path where one can be made) that is
     not the filesystem's root and that this process can write. Checked before Ray starts, so a
     read-only mount is one line, not a traceback after start-up."""
-    resolved = results.resolve()
-    if resolved == Path(resolved.anchor):
+    try:
+        root = results.resolve() == Path(results.resolve().anchor)
+    except (OSError, RuntimeError) as exc:
+        raise UsageError(f"--results {results}: cannot be a folder: {unusable(exc)}") from None
+    if root:
         raise UsageError(f"--results {results}: the filesystem root; give the results a folder of their own, e.g. ./results")
-    if resolved.exists() and not resolved.is_dir():
-        raise UsageError(f"--results {results}: is a file; it must be a folder (it is made if missing)")
-    existing = next(p for p in (resolved, *resolved.parents) if p.exists())
+    return check_writable_folder(results, "--results")
+
+
+def check_writable_folder(folder: Path, flag: str) -> Path:
+    """`folder`, if files can be written in it: a folder, or a path where one can be made, that
+    this process can write; a UsageError naming `flag` otherwise."""
+    try:
+        resolved = folder.resolve()
+        if resolved.exists() and not resolved.is_dir():
+            raise UsageError(f"{flag} {folder}: is a file; it must be a folder (it is made if missing)")
+        existing = next(p for p in (resolved, *resolved.parents) if p.exists())
+    except (OSError, RuntimeError) as exc:
+        raise UsageError(f"{flag} {folder}: cannot be a folder: {unusable(exc)}") from None
     if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
         where = "" if existing == resolved else f" (its nearest existing folder {existing} is not)"
-        raise UsageError(f"--results {results}: not writable by this process{where}; pick a folder you can write")
-    return results
+        raise UsageError(f"{flag} {folder}: not writable by this process{where}; pick a folder you can write")
+    return folder
+
+
+def unusable(exc: OSError | RuntimeError) -> str:
+    """Why a path cannot be looked at, in a few words: a name too long, a symlink loop (which
+    Python 3.11's `Path.resolve` raises as RuntimeError), a file where a folder should be."""
+    if isinstance(exc, RuntimeError):
+        return "a symlink loop"
+    return exc.strerror or str(exc)
 
 
 def check_output_file(path: Path, flag: str) -> Path:
-    """`path`, if a run may write a file there: not a folder, in a folder this process can write."""
-    if path.is_dir():
-        raise UsageError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'harness.xml'}")
-    folder = path.parent
-    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+    """`path`, if a run may write a file there: not a folder, in a folder this process can write.
+    Anything else that is there already (a FIFO, whose writer waits for a reader for ever, a
+    device) is refused too, and so is a path that cannot be looked at (a name too long)."""
+    try:
+        if path.is_dir():
+            raise UsageError(f"{flag} {path}: is a folder; give a file name, e.g. {path / 'harness.xml'}")
+        if path.exists() and not path.is_file():
+            raise UsageError(f"{flag} {path}: is not a regular file; give a file name")
+        folder = path.parent
+        usable = folder.is_dir() and os.access(folder, os.W_OK | os.X_OK)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot be written: {unusable(exc)}") from None
+    if not usable:
         raise UsageError(f"{flag} {path}: its folder {folder} is missing or not writable by this process")
     return path
 

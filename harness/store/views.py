@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from harness.errors import UsageError, first_line
-from harness.store.paths import RUN_ID, STAGING
+from harness.store.paths import RUN_ID, STAGING, unusable
 from harness.store.schema import PUBLISHED, SCHEMAS, TABLES
 from harness.store.writer import read_staged
 
@@ -48,7 +48,11 @@ def parquet_files(results: Path, name: str, withheld: frozenset[str] = frozenset
 
 def require_results(results: Path) -> None:
     """A folder with no committed Parquet at all is a mistake worth one clear line."""
-    if not results.is_dir():
+    try:
+        folder = results.is_dir()
+    except OSError as exc:  # a name too long; a loop or a file on the way reads as no folder
+        raise UsageError(f"results folder {results}: cannot be read: {unusable(exc)}") from None
+    if not folder:
         raise UsageError(
             f"results folder {results} does not exist (run `harness sweep --results {results}` first, or pass --results DIR)"
         )
