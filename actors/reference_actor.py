@@ -43,7 +43,7 @@ class ReferenceActor:
         self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str, honest: bool = False
     ) -> Produced[list[EpisodeOutput]]:
         """`honest`: replayed under the honest-card model, to see where an honest port's
-        trajectories part from these (README, "Closed-loop returns")."""
+        trajectories part from these (docs/verdicts.md, "Closed-loop returns")."""
         start = time.perf_counter()
         try:
             episodes = self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching, honest)

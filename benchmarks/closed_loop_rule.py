@@ -1,5 +1,5 @@
 """The closed-loop rule against evidence: does it ever fail an honest card, and does it catch
-cards that lose return? (README, "Closed-loop returns".)
+cards that lose return? (docs/verdicts.md, "Closed-loop returns".)
 
 Policies: SB3 PPO trained briefly here on chaotic environments (LunarLander, its continuous
 version, BipedalWalker, Pendulum, Acrobot), cached under `.cache/closed_loop_rule/` (never

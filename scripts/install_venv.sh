@@ -27,7 +27,7 @@ before=$("$py" -c "from importlib.metadata import version; print(version('torch'
 "$py" -c "from importlib.metadata import version as v; import sys; t = v('torch'); \
   sys.exit(0 if t == '$before' else f'installing the harness replaced torch $before with {t}')"
 # The extras (SB3 2.9 asks for torch >= 2.8) may not move torch either: it is held where it is, so
-# pip takes the SB3 and sb3-contrib that run on it. The README's host install, line for line
+# pip takes the SB3 and sb3-contrib that run on it. The host install of docs/versions.md, line for line
 # (tests/test_install.py holds the two to each other), so every CI venv runs what a host runs.
 "$py" -c "from importlib.metadata import version; print('torch==' + version('torch'))" > "$venv/held.txt"
 if [ -n "$ray" ]; then echo "ray==$ray" >> "$venv/held.txt"; fi

@@ -144,7 +144,7 @@ def test_a_quick_look_writes_every_mode_and_says_it_is_one(quick_bench: QuickBen
     assert run["status"] == "bench" and run["n_cards"] == 2 and json.loads(run["config_json"])["card_counts"] == [1, 2]
 
 
-# What README "Speed" documents: every row's figures and interval from bench_samples, in SQL.
+# What docs/bench.md documents: every row's figures and interval from bench_samples, in SQL.
 # p50: the median of the kept windows' p50s (a server row keeps one trial); p99 pools every kept call.
 PERCENTILES_SQL = """
 WITH w AS (SELECT run_id, row_id, window_index, quantile_cont(latency_ms, 0.5) AS p50

@@ -197,7 +197,7 @@ def test_episodes_auto_plays_rounds_until_conclusive_or_a_cap(ray_head: Head, tm
     closed_loop = [r for r in checks if r["kind"] == "episode_return"]
     assert closed_loop and all(r["outcome"] != Outcome.FAIL for r in closed_loop), "an honest card"
     # An honest card with every decision a near-tie can move one beyond the decisions rule's
-    # per-row limit on the uniform batch (README, "Closed-loop returns"): the only gating failure allowed.
+    # per-row limit on the uniform batch (docs/verdicts.md, "Closed-loop returns"): the only gating failure allowed.
     assert {r["kind"] for r in checks if r["gating"] and not r["passed"]} <= {"decisions"}
 
 

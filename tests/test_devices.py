@@ -311,7 +311,7 @@ def test_info_says_when_torch_and_torch_npu_are_not_the_same_x_y(
     if warned:
         assert warnings == [
             f"torch {torch_version} and torch-npu {npu_version} are not the same X.Y: torch_npu 2.6 runs only on torch 2.6 "
-            "(README: the support matrix)"
+            "(docs/versions.md: the support matrix)"
         ]
     else:
         assert warnings == []

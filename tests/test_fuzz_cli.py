@@ -8,7 +8,7 @@ the results folder.
 
 The options are read from the command line's own parser, so an option added later is fuzzed with
 no change here. Hypothesis draws a fixed number of examples per command, derandomized, so CI
-runs the same examples every time (the README's testing section states the counts); a handful of
+runs the same examples every time (docs/ci.md, "The fuzz tests", states the counts); a handful of
 the hostile values run through the real command as well, where a fresh process shows what a user
 sees and the `runs` table is read for a row left `running`.
 """
@@ -39,7 +39,7 @@ from harness.store.schema import CheckRow
 from harness.store.writer import RunWriter, to_table
 from tests.helpers import cli, harness, run_row
 
-# Per command; the README's testing section says so. HARNESS_FUZZ_EXAMPLES asks for more, for a
+# Per command; docs/ci.md ("The fuzz tests") says so. HARNESS_FUZZ_EXAMPLES asks for more, for a
 # deeper search by hand (the examples stay derandomized: the same count gives the same examples).
 EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "40"))
 RUN_ID = "r1"

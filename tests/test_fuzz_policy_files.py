@@ -9,8 +9,8 @@ PolicyLoadError (exit 2 from the command); never another exception.
 
 The loader is the one `--policy PATH` uses (`harness.policies.load_policy`), called in-process;
 a few refused mutants go through the real command too. Hypothesis draws a fixed number of
-mutants per case, derandomized, so CI runs the same ones every time (the README's testing
-section states the counts).
+mutants per case, derandomized, so CI runs the same ones every time (docs/ci.md, "The
+fuzz tests", states the counts).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from harness.errors import PolicyLoadError
 from harness.policies import load_policy
 from tests.helpers import harness
 
-# Per case; the README's testing section says so. HARNESS_FUZZ_EXAMPLES asks for more by hand.
+# Per case; docs/ci.md ("The fuzz tests") says so. HARNESS_FUZZ_EXAMPLES asks for more by hand.
 EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "40"))
 
 

@@ -1,6 +1,6 @@
 """Installing next to the torch a host has: the dependency set leaves torch alone (no torchvision,
 so onnx2torch comes without its dependencies), and the support matrix the Makefile tests is the
-one pyproject.toml declares and the README states. `scripts/install_venv.sh` proves the first on
+one pyproject.toml declares and docs/versions.md states. `scripts/install_venv.sh` proves the first on
 every CI venv by installing for real; these are the checks that need no install."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from tests.helpers import REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 MAKEFILE = (REPO / "Makefile").read_text()
-README = (REPO / "README.md").read_text()
+# The support matrix and the host install lines live on the documentation site's versions page.
+VERSIONS = (REPO / "docs" / "versions.md").read_text()
 
 
 def requirements() -> list[Requirement]:
@@ -49,18 +50,18 @@ def test_the_torch_range_is_the_tested_support_matrix() -> None:
     for torch_version, npu_version in pairs.items():
         assert Version(npu_version).release[:2] == Version(torch_version).release[:2], (torch_version, npu_version)
         assert torch.specifier.contains(torch_version) and npu.specifier.contains(npu_version, prereleases=False)
-        assert f"`{npu_version}`" in README, f"the README's support matrix does not name torch-npu {npu_version}"
+        assert f"`{npu_version}`" in VERSIONS, f"docs/versions.md's support matrix does not name torch-npu {npu_version}"
     assert not torch.specifier.contains("2.5.1") and not torch.specifier.contains("2.14.0")  # no wider than tested
 
 
-def test_the_readme_host_install_is_what_every_ci_venv_runs() -> None:
-    """The README's lines that install the extras next to a host's torch, held where it is, are
-    the ones scripts/install_venv.sh runs for every CI venv (torch 2.6.0 and 2.9.0 among them),
-    which then fails if torch moved: CI runs the README's command."""
+def test_the_documented_host_install_is_what_every_ci_venv_runs() -> None:
+    """The documented lines (docs/versions.md) that install the extras next to a host's torch, held
+    where it is, are the ones scripts/install_venv.sh runs for every CI venv (torch 2.6.0 and 2.9.0
+    among them), which then fails if torch moved: CI runs the documented command."""
     script = (REPO / "scripts" / "install_venv.sh").read_text()
-    [held] = re.findall(r'^\.venv/bin/python -c "(.+)" > held\.txt$', README, flags=re.M)
+    [held] = re.findall(r'^\.venv/bin/python -c "(.+)" > held\.txt$', VERSIONS, flags=re.M)
     assert f'"$py" -c "{held}" > "$venv/held.txt"' in script
-    assert re.search(r"^\.venv/bin/pip install -e '\.\[atari,dev\]' -c held\.txt ", README, flags=re.M)
+    assert re.search(r"^\.venv/bin/pip install -e '\.\[atari,dev\]' -c held\.txt ", VERSIONS, flags=re.M)
     assert '"$py" -m pip install -q -e ".[$extras]" -c "$venv/held.txt"' in script
     assert re.search(r"^extras=dev$", script, flags=re.M), "the dev extra, which takes atari with it"
     [extras] = [d for d in PYPROJECT["project"]["optional-dependencies"]["dev"] if d.startswith("harness[")]

@@ -35,7 +35,7 @@ SWEEP = (
 
 def submit(head: Head, *args: str, env_vars: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """`ray job submit -- python jobs/sweep.py ARGS`, waiting for the job's end; `env_vars` go to
-    the job through its runtime environment, as the README's submit command passes the revision."""
+    the job through its runtime environment, as the submit command of docs/clusters.md passes the revision."""
     ray = str(Path(sys.executable).parent / "ray")
     cmd = [ray, "job", "submit", "--address", head.dashboard, "--working-dir", str(REPO)]
     if env_vars:

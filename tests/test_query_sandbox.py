@@ -191,7 +191,7 @@ def test_internal_users_get_the_locked_connection(results: Path) -> None:
 
 
 def test_a_table_file_that_is_a_link_is_read_through_it(results: Path) -> None:
-    """As the README says: the views read each committed file, following a link, and nothing else."""
+    """As docs/results.md says: the views read each committed file, following a link, and nothing else."""
     write_rows(results.parent / "elsewhere", "bench", "r2", [bench_row(detail="linked in")])
     (results / "bench" / "run_id=r2").symlink_to(results.parent / "elsewhere" / "bench" / "run_id=r2")
     code, out, err = query(results, "SELECT run_id, detail FROM bench WHERE run_id = 'r2'", "--format", "json")

@@ -1,5 +1,5 @@
 """`harness export-onnx POLICY OUT.onnx [--opset N]`: write a policy as ONNX, every family the
-harness reads (README, "Exporting to ONNX")."""
+harness reads (docs/own-policy.md, "Exporting to ONNX")."""
 
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def print_info(as_json: bool, address: str | None) -> None:
     for name, version in info["versions"].items():
         print(f"  {name:<18} {version or '-'}")
     # The precision and compile settings each card starts with are what the checklist in the
-    # README ("On a real NPU cluster") reads before a sweep; --json has the same.
+    # docs/clusters.md ("Before a sweep: on one Ascend node") reads before a sweep; --json has the same.
     devices = dict(info["devices"])
     auto = devices.pop("auto")
     for kind, d in devices.items():
@@ -87,7 +87,7 @@ def print_info(as_json: bool, address: str | None) -> None:
 
 def print_accelerator(kind: str, d: dict[str, Any]) -> None:
     """One accelerator of `describe_local`: available or why not, its cards, then what they run
-    on and how a card computes (the checklist in the README reads these before a sweep)."""
+    on and how a card computes (the checklist in docs/clusters.md reads these before a sweep)."""
     names = d.get("devices", [])
     if not d["available"]:
         print(f"  {kind:<18} no: {d['reason']}")

@@ -210,5 +210,5 @@ def version_mismatch() -> str:
     pair = ".".join(npu_version.split(".")[:2])
     return (
         f"torch {torch_version} and torch-npu {npu_version} are not the same X.Y: torch_npu {pair} runs only on "
-        f"torch {pair} (README: the support matrix)"
+        f"torch {pair} (docs/versions.md: the support matrix)"
     )

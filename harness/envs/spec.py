@@ -181,14 +181,15 @@ def require_registered(env_id: str) -> None:
     if env_id in gym.registry:
         raise UsageError(
             f"environment {env_id!r} is registered in gymnasium {gym.__version__} only to be refused: the mujoco-py "
-            "ids moved to gymnasium-robotics, and this one has no mapping to one gymnasium makes (README: the renames table)"
+            "ids moved to gymnasium-robotics, and this one has no mapping to one gymnasium makes "
+            "(docs/own-policy.md: the renames table)"
         )
     try:
         gym.spec(env_id)
     except gym.error.DeprecatedEnv as exc:
         raise UsageError(
             f"environment {env_id!r} is not registered in gymnasium {gym.__version__}: {first_line(exc)} "
-            "That version computes something else, so it is not put in its place (README: the renames table); "
+            "That version computes something else, so it is not put in its place (docs/own-policy.md: the renames table); "
             "the config's [envs] plays it on purpose"
         ) from None
     except gym.error.Error:

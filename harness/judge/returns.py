@@ -58,7 +58,7 @@ FAIL_LEVEL = 0.0001
 _UPPER = 0.5 + CONFIDENCE / 2
 # The default margin: half of the environment's per-episode standard deviation. With 100 paired
 # episodes an honest card passes about 9 times in 10, and a card that loses one standard
-# deviation fails about 9 times in 10 (README, "Closed-loop returns").
+# deviation fails about 9 times in 10 (docs/verdicts.md, "Closed-loop returns").
 DEFAULT_SD_FRACTION = 0.5
 # IQM: the mean of the middle half (rliable's interquartile mean), trimming a quarter each side.
 IQM_TRIM = 0.25

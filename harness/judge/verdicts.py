@@ -1,6 +1,6 @@
 """Judge one unit's gathered outputs: a `Check` per comparison. Pure: numpy in, records out.
 
-Two questions, kept apart (README, "Verdicts"):
+Two questions, kept apart (docs/verdicts.md):
 
 Is the port right? Always gating.
   cross_card      every card against card 0, bit for bit (outputs, and episode trajectories)
@@ -379,7 +379,7 @@ class Paired:
 
 @dataclass(frozen=True)
 class ClosedLoopRules:
-    """How closed-loop returns are judged (README, "Closed-loop returns")."""
+    """How closed-loop returns are judged (docs/verdicts.md, "Closed-loop returns")."""
 
     margin: Margin = field(default_factory=Margin)
     require_conclusive: bool = False

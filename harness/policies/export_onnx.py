@@ -37,7 +37,7 @@ mean and SAC's clipped gSDE mean. The stochastic action of an SB3 family is not 
 noise is the harness's own (drawn on the CPU, the same for every card), not a deployment's.
 
 The opset: `DEFAULT_OPSET`, which Ascend's ATC (`atc --framework=5`) takes in every CANN release
-whose documentation states a range (README, "Exporting to ONNX").
+whose documentation states a range (docs/own-policy.md, "Exporting to ONNX").
 """
 
 from __future__ import annotations

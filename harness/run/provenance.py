@@ -26,7 +26,7 @@ def torch_version() -> str:
 
 
 # The submitting side's commit, where the code runs from no git checkout: `ray job submit` uploads
-# the working dir without .git, so the job is told (README: `--runtime-env-json` with env_vars).
+# the working dir without .git, so the job is told (docs/clusters.md: `--runtime-env-json` with env_vars).
 GIT_REVISION_VAR = "HARNESS_GIT_REVISION"
 # Tracked files that differ from the commit: the code that ran is not the commit alone.
 DIRTY = "-dirty"

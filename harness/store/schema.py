@@ -1,6 +1,6 @@
 """The tables as rows: one dataclass per table, the Parquet schema derived from its fields.
 
-These are the public columns (README, "Results"); the writer stores them and `harness query`
+These are the public columns (docs/results.md); the writer stores them and `harness query`
 reads them. Nothing here knows how a row was computed.
 """
 
@@ -23,7 +23,7 @@ PUBLISHED = (PASSED, FAILED, BENCH)
 @dataclass
 class CheckRow:
     """One comparison: where it was made, and its result, whose fields are the columns it fills
-    (harness/judge/results.py); the other result columns are null in its row (README, "Results")."""
+    (harness/judge/results.py); the other result columns are null in its row (docs/results.md)."""
 
     # where: the unit, its output, the two sides and the bytes that went in
     unit_id: str
@@ -79,7 +79,7 @@ class EpisodeRow:
 
 @dataclass
 class BenchRow:
-    """One measurement of `harness bench` (README, "Speed"). Its figures come from the windows
+    """One measurement of `harness bench` (docs/bench.md). Its figures come from the windows
     kept in `bench_samples` under the same `row_id`; `ci_low`/`ci_high` bound the column that
     `ci_of` names, and `valid` says whether the row is a result (`invalid_reason` says why not)."""
 

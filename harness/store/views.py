@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 
 def table_schema(name: str) -> pa.Schema:
-    """A view's columns: run_id first, as the README's "Results" table lists them, then the row's fields."""
+    """A view's columns: run_id first, as docs/results.md lists them, then the row's fields."""
     return pa.schema([pa.field("run_id", pa.string()), *SCHEMAS[name]])
 
 

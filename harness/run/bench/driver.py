@@ -6,7 +6,7 @@ measurement is judged by its mode's rules into a row -> the audit of the timed p
 `bench`, `bench_samples`, `checks`, then the `runs` row that says the bench ended -> print the
 summary.
 
-Every measurement runs several windows (README, "Speed"): a row's figure is the median of its
+Every measurement runs several windows (docs/bench.md): a row's figure is the median of its
 windows' figures (a latency row's p95 and p99 pool the calls of its windows), its 95% interval comes
 from their order statistics and its validity from the rules of harness/judge/bench_stats.py.
 The clocks of device time, throughput and the closed loop run inside the actors; the driver

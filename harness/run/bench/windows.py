@@ -1,4 +1,4 @@
-"""How every windowed measurement runs (README, "Windows"): a count of windows, each long enough
+"""How every windowed measurement runs (docs/bench.md, "Windows"): a count of windows, each long enough
 and holding enough calls; windows a starved card ran are measured again; a figure is the median
 of the kept windows' figures with its interval; and the rules every windowed row answers to."""
 
