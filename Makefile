@@ -70,7 +70,7 @@ lint: venv
 # The documentation site (mkdocs.yml, docs/): a broken link, a page outside the nav or a marker
 # docs/hooks.py cannot fill fails the build. The option reference and the columns are generated.
 docs: venv
-	$(VENV)/bin/mkdocs build --strict -d build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -q -d build/site
 
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow" $(ARGS)
