@@ -212,7 +212,10 @@ class SharedSweeps:
         return self.results
 
     def faults(self) -> Path:
-        """cartpole, huggy-arch and the ML-Agents export on 4 cards, a fault on each of cards 1-3."""
+        """cartpole, huggy-arch and the ML-Agents export on 4 cards, a fault on each of cards 1-3;
+        always run after the clean run, whichever test asks first: it is the latest run, the one
+        `harness report` shows without a run id."""
+        self.clean()
         # The clean run's seed and sizes, so that `report --compare` lines their float32 units up.
         self.run(
             FAULTS_RUN,
