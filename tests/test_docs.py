@@ -18,6 +18,7 @@ from types import ModuleType
 import pytest
 
 from harness.store.schema import SCHEMAS
+from tests.fuzzing import EXAMPLES
 from tests.helpers import REPO
 
 README = (REPO / "README.md").read_text()
@@ -134,12 +135,13 @@ def test_a_broken_relative_link_fails_the_strict_build(tmp_path: Path) -> None:
 def test_the_fuzz_counts_the_ci_page_states_are_what_the_tests_draw() -> None:
     ci = (REPO / "docs" / "ci.md").read_text()
     commands = len(hooks().commands())
+    if "HARNESS_FUZZ_EXAMPLES" in os.environ:
+        pytest.skip("HARNESS_FUZZ_EXAMPLES asks for other counts than the page states")
+    count = EXAMPLES
     for test, per, unit, total in (
         ("test_fuzz_cli.py", "examples per command", commands, "commands"),
         ("test_fuzz_policy_files.py", "mutants per\npolicy", 5, None),
     ):
-        source = (REPO / "tests" / test).read_text()
-        [count] = re.findall(r'EXAMPLES = int\(os.environ.get\("HARNESS_FUZZ_EXAMPLES", "(\d+)"\)\)', source)
         assert re.search(rf"{count} {per}".replace(" ", r"\s+"), ci), (test, count)
         in_all = f"{int(count) * unit} in all"
         assert in_all in ci.replace("\n", " "), (test, in_all)

@@ -30,18 +30,16 @@ from types import FrameType
 
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from harness.judge.compare import ToleranceComparison
 from harness.store.claim import Claim
 from harness.store.schema import CheckRow
 from harness.store.writer import RunWriter, to_table
+from tests.fuzzing import fuzz_settings
 from tests.helpers import cli, harness, run_row
 
-# Per command; docs/ci.md ("The fuzz tests") says so. HARNESS_FUZZ_EXAMPLES asks for more, for a
-# deeper search by hand (the examples stay derandomized: the same count gives the same examples).
-EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "40"))
 RUN_ID = "r1"
 RESULTS = "results"  # inside each example's world, where the command may write
 # Per example: an option whose check is missing, and a FIFO it opens, would otherwise hang CI.
@@ -308,13 +306,7 @@ def check_answer(argv: list[str], code: int, stderr: str) -> None:
 def test_every_value_of_every_option_runs_or_is_one_line_exit_2(command: str, template: Path) -> None:
     command_slots = slots(command)
 
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+    @fuzz_settings
     @given(st.data())
     def one_example(data: st.DataObject) -> None:
         chosen = data.draw(st.lists(st.sampled_from(command_slots), min_size=1, max_size=2, unique=True), label="slots")

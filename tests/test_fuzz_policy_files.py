@@ -28,15 +28,14 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 from harness.errors import PolicyLoadError
 from harness.policies import load_policy
+from tests.fuzzing import fuzz_settings
 from tests.helpers import harness
 
-# Per case; docs/ci.md ("The fuzz tests") says so. HARNESS_FUZZ_EXAMPLES asks for more by hand.
-EXAMPLES = int(os.environ.get("HARNESS_FUZZ_EXAMPLES", "40"))
 
 
 @dataclass(frozen=True)
@@ -199,13 +198,7 @@ def forward(policy: Any) -> torch.Tensor:
 def test_a_mutant_loads_and_runs_or_is_refused_in_one_line(name: str, cases: Path) -> None:
     case = CASES[name]
 
-    @settings(
-        max_examples=EXAMPLES,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
+    @fuzz_settings
     @given(st.data())
     def one_mutant(data: st.DataObject) -> None:
         with tempfile.TemporaryDirectory(prefix="fuzz-policy-") as world:
