@@ -37,7 +37,6 @@ from tests.fuzzing import fuzz_settings
 from tests.helpers import harness
 
 
-
 @dataclass(frozen=True)
 class Case:
     """A published policy as it lies in ../shared/cases: its folder (copied whole, side files
