@@ -77,7 +77,7 @@ test-fast: venv
 
 # The RL Zoo's whole published corpus (../shared/cases/rlzoo: 45 agents, 24 episodes each) swept
 # and held to its published scores; `make test` (CI) sweeps one agent of each algorithm. One sweep
-# of tens of minutes on 2 cores, past the suite's per-test timeout: outside CI's time.
+# of about five minutes on 2 cores, with its own timeout: outside CI's time (docs/ci.md).
 test-corpus: venv
 	HARNESS_CORPUS=1 HARNESS_REQUIRE_CASES=1 $(PY) -m pytest -q -ra --timeout=7200 tests/test_rlzoo_sweep.py $(ARGS)
 
