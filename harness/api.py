@@ -41,12 +41,17 @@ class RunResult:
     """Why it stopped early, in one line, where the summary does not say."""
     dashboard: str = ""
     """The cluster's dashboard (host:port) where it has one: where a Ray job's resume is submitted."""
-    summary: Mapping[str, Any] = field(default_factory=dict)
-    """The `runs` row's summary: units, phase timings, events, what was lost."""
+    row: Mapping[str, Any] = field(default_factory=dict)
+    """The run's `runs` row as it was written last (empty where the run stopped before one was)."""
 
     @property
     def passed(self) -> bool:
         return self.exit_code == 0
+
+    @property
+    def summary(self) -> Mapping[str, Any]:
+        """The `runs` row's summary: units, phase timings, events, what was lost."""
+        return dict(json.loads(self.row.get("summary") or "{}"))
 
     def table(self, name: str) -> pa.Table:
         """This run's rows of table `name` (checks, episodes, bench, ...), as Parquet holds them
@@ -70,8 +75,12 @@ class RunResult:
 
     def failures(self) -> list[str]:
         """Each failed gating check in one line: what a test of the user's own asserts on."""
-        rows = self.checks().filter(self.checks().column("gating")).to_pylist()
-        return [f"{r['policy']} {r['dtype']} {r['kind']} {r['device_a']}: {r['detail']}" for r in rows if not r["passed"]]
+        rows = self.checks().to_pylist()
+        return [
+            f"{r['policy']} {r['dtype']} {r['kind']} {r['device_a']}: {r['detail']}"
+            for r in rows
+            if r["gating"] and not r["passed"]
+        ]
 
 
 def sweep(**options: Any) -> RunResult:
@@ -100,15 +109,13 @@ def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] =
     plan = sweep_plan(config, given)
     phases = Phases()
     with phases("imports"):
-        from harness.report.junit import junit
         from harness.run.lifecycle import EXIT_CODES
         from harness.run.sweep import run_sweep
 
     outcome = run_sweep(plan, command=command, phases=phases)
-    junit(config.junit_xml, plan.common.results, outcome.run_id, outcome.status)
     code = EXIT_CODES.get(outcome.status, 0 if outcome.passed else 1)
     stopped = (tuple(outcome.resume_args), outcome.reason, outcome.dashboard)
-    return _result(outcome.run_id, outcome.status, code, plan.common.results, *stopped)
+    return _with_junit(config.junit_xml, _result(outcome.run_id, outcome.status, code, plan.common.results, *stopped))
 
 
 def run_bench_config(config: BenchConfig, command: str) -> RunResult:
@@ -119,13 +126,11 @@ def run_bench_config(config: BenchConfig, command: str) -> RunResult:
     plan = bench_plan(config)
     phases = Phases()
     with phases("imports"):
-        from harness.report.junit import junit
         from harness.run.bench import run_bench
         from harness.store.schema import BENCH
 
     outcome = run_bench(plan, command=command, phases=phases)
-    junit(config.junit_xml, plan.common.results, outcome.run_id, BENCH)
-    return _result(outcome.run_id, BENCH, 0 if outcome.passed else 1, plan.common.results)
+    return _with_junit(config.junit_xml, _result(outcome.run_id, BENCH, 0 if outcome.passed else 1, plan.common.results))
 
 
 def _result(
@@ -137,5 +142,13 @@ def _result(
         rows = read_run(results, run_id)
     except FileNotFoundError:  # stopped before its row could be written
         rows = []
-    summary = json.loads(rows[-1]["summary"] or "{}") if rows else {}
-    return RunResult(run_id, status, code, results, resume, reason, dashboard, summary)
+    return RunResult(run_id, status, code, results, resume, reason, dashboard, rows[-1] if rows else {})
+
+
+def _with_junit(path: str | None, result: RunResult) -> RunResult:
+    """--junit-xml PATH: the run's checks as JUnit XML, from the rows the result holds."""
+    if path is not None:
+        from harness.report.junit import junit
+
+        junit(Path(path), result.run_id, result.status, result.row, result.checks().to_pylist())
+    return result

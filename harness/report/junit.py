@@ -20,15 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
 from harness.judge.kinds import CheckKind
 from harness.judge.results import measured_over_limit
 from harness.judge.returns import Outcome
 from harness.report.names import PolicyNames
-from harness.store.paths import table_dir
-from harness.store.schema import PUBLISHED, SCHEMAS
-from harness.store.writer import read_run
+from harness.store.schema import PUBLISHED
 
 # The measures a failure message shows where the row has them, each beside the limit it was held to.
 MEASURES = (
@@ -131,16 +127,13 @@ def _devices(run: Mapping[str, Any]) -> str:
     return ", ".join(f"{d.get('kind')}:{d.get('index')} ({d.get('model')})" for d in devices if isinstance(d, dict))
 
 
-def junit(path: str | None, results: Path, run_id: str, status: str) -> None:
-    """--junit-xml PATH: the checks of run `run_id`, once it has published them (`status`), as
-    JUnit XML at `path`. A run that stopped early has no verdict to give: it says so instead."""
-    if path is None:
-        return
+def junit(path: Path, run_id: str, status: str, run: Mapping[str, Any], checks: Sequence[Mapping[str, Any]]) -> None:
+    """--junit-xml PATH: the checks of run `run_id` (its `runs` row `run`), once it has published
+    them (`status`), as JUnit XML at `path`. A run that stopped early has no verdict to give: it
+    says so instead."""
     if status not in PUBLISHED:
         print(f"harness: no JUnit XML written to {path}: the run is {status}, its checks are not all made", file=sys.stderr)
         return
-    [run] = read_run(results, run_id)[-1:]
-    checks = pq.read_table(table_dir(results, "checks", run_id), schema=SCHEMAS["checks"]).to_pylist()
     tree = junit_tree(run_id, run, checks)
-    write_junit(Path(path), tree)
+    write_junit(path, tree)
     print(f"junit: {tree.get('tests')} testcases, {tree.get('failures')} failed, in {path}")
