@@ -42,7 +42,7 @@ class PolicyActor:
         return replace(describe_runner(self.runner), position=self.position, faults=tuple(map(str, self.faults)))
 
     def progress(self) -> int:
-        """Episode steps played so far: asked on a thread of its own (harness/run/clients.py,
+        """Episode steps played so far: asked on a thread of its own (harness/cluster/clients.py,
         WATCH_GROUP) while a unit runs."""
         return self.runner.steps
 

@@ -26,8 +26,8 @@ import ray
 from benchmarks import Comparison
 from harness.devices import SIMULATED
 from harness.policies import PolicySpec, load_policy
-from harness.run.bench import bench_cards
-from harness.run.clients import BenchClient
+from harness.bench import bench_cards
+from harness.cluster.clients import BenchClient
 from harness.workloads import ObsBatch, make_batch
 
 BATCH = 65536

@@ -43,7 +43,7 @@ class TorchOnly:
 def bare() -> dict[str, float]:
     """Seconds of a bare ray.init, its actors up, and its shutdown."""
     from harness.devices import SIMULATED, accelerator
-    from harness.run.place import BASE_ENV
+    from harness.cluster.place import BASE_ENV
 
     for logger in accelerator(SIMULATED).quiet_loggers:  # as the sweep's ray.init: no AscendCL traceback
         logging.getLogger(logger).setLevel(logging.CRITICAL)
@@ -71,9 +71,9 @@ def bare() -> dict[str, float]:
 
 def sweep() -> dict[str, float]:
     """The default sweep's phases (its printed lines kept out of the benchmark's)."""
-    from harness.run.command_plan import sweep_plan
-    from harness.run.options import SweepConfig
-    from harness.run.sweep import run_sweep
+    from harness.config.command_plan import sweep_plan
+    from harness.config.options import SweepConfig
+    from harness.sweep.driver import run_sweep
 
     with tempfile.TemporaryDirectory() as results, contextlib.redirect_stdout(io.StringIO()):
         start = time.perf_counter()

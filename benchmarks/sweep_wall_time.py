@@ -11,9 +11,9 @@ import tempfile
 import time
 
 from benchmarks import Comparison
-from harness.run.command_plan import sweep_plan
-from harness.run.options import SweepConfig
-from harness.run.sweep import run_sweep
+from harness.config.command_plan import sweep_plan
+from harness.config.options import SweepConfig
+from harness.sweep.driver import run_sweep
 
 TARGET_OVERHEAD = 0.10
 TARGET_TOTAL_S = 60.0

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.run.option_fields import values_from_mapping
-from harness.run.options import BenchConfig, SweepConfig, validate
+from harness.config.fields import values_from_mapping
+from harness.config.options import BenchConfig, SweepConfig, validate
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -103,14 +103,14 @@ def called(function: str, options: Mapping[str, Any]) -> str:
 def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] = ()) -> RunResult:
     """The sweep of a validated `config`, as `command` (what the runs table records) ran it;
     `given`: the options the caller set, which --resume holds to the run's own."""
-    from harness.run.command_plan import sweep_plan
-    from harness.run.phases import Phases
+    from harness.config.command_plan import sweep_plan
+    from harness.cluster.phases import Phases
 
     plan = sweep_plan(config, given)
     phases = Phases()
     with phases("imports"):
-        from harness.run.lifecycle import EXIT_CODES
-        from harness.run.sweep import run_sweep
+        from harness.cluster.lifecycle import EXIT_CODES
+        from harness.sweep.driver import run_sweep
 
     outcome = run_sweep(plan, command=command, phases=phases)
     code = EXIT_CODES.get(outcome.status, 0 if outcome.passed else 1)
@@ -120,13 +120,13 @@ def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] =
 
 def run_bench_config(config: BenchConfig, command: str) -> RunResult:
     """The bench of a validated `config`."""
-    from harness.run.command_plan import bench_plan
-    from harness.run.phases import Phases
+    from harness.config.command_plan import bench_plan
+    from harness.cluster.phases import Phases
 
     plan = bench_plan(config)
     phases = Phases()
     with phases("imports"):
-        from harness.run.bench import run_bench
+        from harness.bench import run_bench
         from harness.store.schema import BENCH
 
     outcome = run_bench(plan, command=command, phases=phases)

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness.cli import Parser, answer
 from harness.cli import sweep as sweep_command
 from harness.errors import UsageError
-from harness.run.option_fields import add_arguments
-from harness.run.options import SweepConfig
+from harness.config.fields import add_arguments
+from harness.config.options import SweepConfig
 
 
 def parser() -> Parser:

@@ -1,5 +1,5 @@
 """Every call the driver makes to an actor's method goes through a typed client
-(harness/run/clients.py), whose signature mypy checks; a bare `handle.method.remote(...)`
+(harness/cluster/clients.py), whose signature mypy checks; a bare `handle.method.remote(...)`
 elsewhere is refused. Shown to bite on a planted call, and the clients shown to match the actors."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from actors.bench_actor import BenchActor
 from actors.policy_actor import PolicyActor
 from actors.reference_actor import ReferenceActor
-from harness.run.clients import ActorClient, BenchClient, PolicyClient, ReferenceClient
+from harness.cluster.clients import ActorClient, BenchClient, PolicyClient, ReferenceClient
 from tests.helpers import REPO
 
 CLIENTS = REPO / "harness" / "run" / "clients.py"

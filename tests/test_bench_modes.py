@@ -14,15 +14,15 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from harness.policies import load_policy
-from harness.run.bench.driver import bench_tables, measure
-from harness.run.bench.modes import Bench, Mode
-from harness.run.bench.rows import Figures, Measurement, RowKey, Sampled, Summary, sample_columns
-from harness.run.bench.rules import Rule
-from harness.run.bench.windows import Tally, Windows, median_of_windows, window_rules
-from harness.run.bench.work import Work
-from harness.run.command_plan import bench_plan
-from harness.run.options import BenchConfig
-from harness.run.phases import Phases
+from harness.bench.driver import bench_tables, measure
+from harness.bench.modes import Bench, Mode
+from harness.bench.rows import Figures, Measurement, RowKey, Sampled, Summary, sample_columns
+from harness.bench.rules import Rule
+from harness.bench.windows import Tally, Windows, median_of_windows, window_rules
+from harness.bench.work import Work
+from harness.config.command_plan import bench_plan
+from harness.config.options import BenchConfig
+from harness.cluster.phases import Phases
 from harness.store.schema import BenchRow, BenchSampleRow
 from harness.workloads import make_batch
 

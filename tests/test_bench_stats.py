@@ -35,12 +35,12 @@ from harness.judge.bench_stats import (
     windows_disagree,
 )
 from harness.policies import load_policy
-from harness.run.bench.latency import latency_measurement
-from harness.run.bench.server import Trial, find_max_rate
-from harness.run.bench.throughput import Round, round_schedule, scaling_measurements
-from harness.run.bench.windows import Windows, kept_windows, repeat_windows
-from harness.run.bench.work import Work
-from harness.run.place import BenchCard, Placed
+from harness.bench.latency import latency_measurement
+from harness.bench.server import Trial, find_max_rate
+from harness.bench.throughput import Round, round_schedule, scaling_measurements
+from harness.bench.windows import Windows, kept_windows, repeat_windows
+from harness.bench.work import Work
+from harness.cluster.place import BenchCard, Placed
 from harness.workloads import make_batch, poisson_arrivals
 from tests.builders import described
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.run.options import BenchConfig, SweepConfig, config_from_args
+from harness.config.options import BenchConfig, SweepConfig, config_from_args
 from tests.helpers import REPO, assert_usage_error, cli, harness
 
 
@@ -241,8 +241,8 @@ def test_the_config_maps_policies_to_environments(tmp_path: Path) -> None:
     )
     config = config_from_args(_parse("sweep", "--config", str(toml)), SweepConfig)
     assert config.envs == {"cartpole": "CartPole-v1"} and config.require_batch_invariance
-    from harness.run.command_plan import sweep_plan
-    from harness.run.plan import policy_specs
+    from harness.config.command_plan import sweep_plan
+    from harness.sweep.plan import policy_specs
 
     spec = next(s for s in policy_specs(sweep_plan(config).common) if s.source == "cartpole")
     assert (spec.env_id, spec.env_overrides) == ("CartPole-v1", True)
@@ -262,7 +262,7 @@ def test_the_config_maps_policies_to_environments(tmp_path: Path) -> None:
 
 def test_defaults_live_in_one_place() -> None:
     from harness.dtypes import CARD_DTYPES
-    from harness.run.options import DEFAULT_POLICIES
+    from harness.config.options import DEFAULT_POLICIES
 
     assert SweepConfig().policies == BenchConfig().policies == list(DEFAULT_POLICIES)
     assert SweepConfig().dtypes == list(CARD_DTYPES) and BenchConfig().dtypes == ["float32"]
@@ -275,7 +275,7 @@ def test_export_onnx_command(tmp_path: Path) -> None:
 
 
 def test_cluster_yaml_is_valid_for_the_local_provider() -> None:
-    from harness.run.ray_internals import validate_cluster_config
+    from harness.cluster.ray_internals import validate_cluster_config
 
     config = yaml.safe_load((REPO / "cluster.yaml").read_text())
     assert config["provider"]["type"] == "local" and "available_node_types" not in config
@@ -331,7 +331,7 @@ def test_each_option_s_choices_and_bounds_are_declared_once_and_hold_for_flags_a
     """The flag, the TOML key and --help all read a field's choices and bounds from its metadata."""
     import dataclasses
 
-    from harness.run.option_fields import meta_of
+    from harness.config.fields import meta_of
 
     checked = 0
     for config_type, command in ((SweepConfig, "sweep"), (BenchConfig, "bench")):

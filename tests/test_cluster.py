@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-import harness.run.place
-from harness.run import ray_internals
+import harness.cluster.place
+from harness.cluster import ray_internals
 from harness.errors import UsageError
-from harness.run.command_plan import sweep_plan
-from harness.run.options import SweepConfig
-from harness.run.sweep import run_sweep
+from harness.config.command_plan import sweep_plan
+from harness.config.options import SweepConfig
+from harness.sweep.driver import run_sweep
 from tests.conftest import Head, free_port
 from tests.helpers import REPO, assert_usage_error, cli, read_table, start_ray_node
 
@@ -69,8 +69,8 @@ def test_unplaceable_cards_fail_within_the_placement_timeout(
 ) -> None:
     """Enough cards in total, but STRICT_PACK wants them on one node: no such node exists. The
     30 s of a real run are shortened here; the wait is the same code."""
-    assert harness.run.place.PLACEMENT_TIMEOUT_S == 30.0
-    monkeypatch.setattr(harness.run.place, "PLACEMENT_TIMEOUT_S", 2.0)
+    assert harness.cluster.place.PLACEMENT_TIMEOUT_S == 30.0
+    monkeypatch.setattr(harness.cluster.place, "PLACEMENT_TIMEOUT_S", 2.0)
     with pytest.raises(UsageError, match=r"could not place 2 NPU card\(s\) and 1 CPU \(STRICT_PACK\) within 2 s"):
         run_sweep(
             sweep_plan(SweepConfig(**TINY, address=two_nodes.address, cards=2, placement="STRICT_PACK", results=str(tmp_path)))
@@ -214,7 +214,7 @@ def test_joining_a_cluster_of_other_versions_names_both_and_the_fix(ray_head: He
     monkeypatch.setattr(ray, "__version__", "2.9.3")
     try:
         with pytest.raises(UsageError) as refused:
-            harness.run.place.connect(ray_head.address, "cpu", None)
+            harness.cluster.place.connect(ray_head.address, "cpu", None)
     finally:
         ray.shutdown()
     monkeypatch.undo()

@@ -461,7 +461,7 @@ def test_backend_autoload_is_off_before_torch_is_imported() -> None:
 def test_the_accelerator_names_come_without_torch() -> None:
     """`harness --help` and option validation read the registry; neither imports torch."""
     code = (
-        "import sys; import harness.run.options as o; from harness.devices import choices, SIMULATED; "
+        "import sys; import harness.config.options as o; from harness.devices import choices, SIMULATED; "
         "print(','.join(choices()), SIMULATED, 'torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 
 from harness.policies import load_policy
-from harness.run.clients import PolicyClient, ReferenceClient
-from harness.run.dispatch import Role, SharedRefs, submit
-from harness.run.command_plan import sweep_plan
-from harness.run.options import SweepConfig
-from harness.run.place import Placed, Placement
+from harness.cluster.clients import PolicyClient, ReferenceClient
+from harness.sweep.dispatch import Role, SharedRefs, submit
+from harness.config.command_plan import sweep_plan
+from harness.config.options import SweepConfig
+from harness.cluster.place import Placed, Placement
 from tests.builders import described
-from harness.run.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, plan_inputs, plan_units
+from harness.sweep.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, plan_inputs, plan_units
 from tests.helpers import REPO
 
 
@@ -89,11 +89,11 @@ def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_re
 
 
 NEW_WORK = (
-    "harness/run/plan.py",
+    "harness/sweep/plan.py",
     "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork",
     "@dataclass(frozen=True)\nclass NewWork:\n    name: str = 'new'\n    input_sha256: str = ''\n\n\n"
     "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | NewWork",
-    "harness/run/dispatch.py",
+    "harness/sweep/dispatch.py",
     2,  # submit and judge
 )
 NEW_CHECK = (

@@ -67,8 +67,8 @@ class WouldRun(BaseException):
 @contextlib.contextmanager
 def ray_never_starts() -> Iterator[None]:
     """Joining or starting Ray, wherever a command does it, raises WouldRun instead."""
-    import harness.run.lifecycle as lifecycle
-    import harness.run.place as place
+    import harness.cluster.lifecycle as lifecycle
+    import harness.cluster.place as place
 
     def would_run(*args: object, **kwargs: object) -> str:
         raise WouldRun
@@ -185,7 +185,7 @@ class ConfigValue:
 
 
 def configs() -> st.SearchStrategy[ConfigValue]:
-    from harness.run.options import BenchConfig, SweepConfig
+    from harness.config.options import BenchConfig, SweepConfig
 
     keys = sorted({f.name for c in (SweepConfig, BenchConfig) for f in dataclasses.fields(c)} | {"no_such_option"})
     return st.builds(ConfigValue, st.sampled_from(keys), st.one_of(st.sampled_from(TOML_VALUES), numbers()))

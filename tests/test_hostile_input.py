@@ -232,8 +232,8 @@ def test_resume_refuses_an_option_that_differs_from_the_run_s(tmp_path: Path, ar
 
 
 def test_resume_takes_the_run_s_options_and_applies_only_what_changes_no_outcome(tmp_path: Path) -> None:
-    from harness.run.command_plan import resume_config
-    from harness.run.options import SweepConfig
+    from harness.config.command_plan import resume_config
+    from harness.config.options import SweepConfig
 
     results = tmp_path / "results"
     _stored_run(results, "two", {"policies": ["cartpole"], "episodes": 2, "hang_timeout": 300.0}, [], "running")

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-import harness.run.place
-from harness.run import ray_internals
+import harness.cluster.place
+from harness.cluster import ray_internals
 from tests.helpers import cli, read_table
 
 pytestmark = pytest.mark.slow
@@ -214,7 +214,7 @@ def test_a_lost_card_node_and_then_a_lost_reference_node_end_the_run_incomplete_
     """A card's node lost, then, while that run resumes, the CPU reference's node: each time the
     run ends incomplete with what was done kept, and the last resume completes it to the verdicts
     of a run nothing interrupted."""
-    monkeypatch.setattr(harness.run.place, "PLACEMENT_TIMEOUT_S", SHORT_PLACEMENT_S)
+    monkeypatch.setattr(harness.cluster.place, "PLACEMENT_TIMEOUT_S", SHORT_PLACEMENT_S)
     nodes.ensure(cards=2, cpus=1)
     killed = sweep_killing(nodes, tmp_path, "nodeloss", "PolicyActor")
     # The loss is seen, then the card's bundle waits SHORT_PLACEMENT_S for a node.

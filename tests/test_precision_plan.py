@@ -35,8 +35,8 @@ from harness.policies import load_policy
 from harness.policies.base import cast_policy
 from harness.policies.keep_float32 import precision_layers
 from harness.policies.matmul_precision import round_mantissa
-from harness.run.diagnose import smallest_float32_set
-from harness.run.precision_plan import read_plan
+from harness.diagnose.search import smallest_float32_set
+from harness.config.precision_plan import read_plan
 from tests import builders
 from tests.conftest import Head
 from tests.helpers import assert_usage_error, cli, harness, read_table, sweep_on
@@ -171,7 +171,7 @@ def test_a_plan_nested_past_the_stack_is_one_line(tmp_path: Path) -> None:
     ],
 )
 def test_the_repro_script_says_what_keeps_it_from_running_in_one_line(tmp_path: Path, args: list[str], expected: str) -> None:
-    from harness.run import repro_script
+    from harness.repro import script as repro_script
 
     shutil.copy(repro_script.__file__, tmp_path / "repro.py")
     (tmp_path / "manifest.json").write_text(json.dumps({"weights": {"sha256": "0" * 64, "origin": "cartpole"}}))

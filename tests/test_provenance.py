@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.run.provenance import GIT_REVISION_VAR, git_revision
+from harness.cluster.provenance import GIT_REVISION_VAR, git_revision
 
 
 def _git(where: Path, *args: str) -> str:

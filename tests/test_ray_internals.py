@@ -1,4 +1,4 @@
-"""Ray's private modules are used in one module only (harness/run/ray_internals.py, which names
+"""Ray's private modules are used in one module only (harness/cluster/ray_internals.py, which names
 the Ray versions it was checked on): a job submitted to a cluster runs on the Ray its owners
 installed, and a private name may be gone there. Shown to bite on a planted import."""
 
@@ -13,7 +13,7 @@ import pytest
 import ray
 from packaging.requirements import Requirement
 
-from harness.run import ray_internals
+from harness.cluster import ray_internals
 from tests.helpers import REPO
 
 INTERNALS = REPO / "harness" / "run" / "ray_internals.py"

@@ -290,7 +290,7 @@ def test_a_card_that_overflows_where_the_cpu_in_its_dtype_does_not_fails_the_por
 
 def test_an_actor_that_loaded_other_bytes_is_refused(cartpole) -> None:
     from harness.errors import UsageError
-    from harness.run.place import refuse_other_bytes
+    from harness.cluster.place import refuse_other_bytes
 
     from tests.builders import described
 

@@ -16,7 +16,7 @@ from typing import Any, NoReturn
 from harness.cli import bench, diagnose, export_onnx, info, query, report, repro, sweep
 from harness.errors import InfrastructureError, RunLost, RunUnfinished, UsageError, one_line
 from harness.registry import Registry
-from harness.run.signals import sigterm_interrupts
+from harness.cluster.signals import sigterm_interrupts
 
 # By the name each module registers its subcommand as, in the order `harness --help` lists them.
 # A module that fails to import fails the command line, loudly: a subcommand never goes missing

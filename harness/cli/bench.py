@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from harness.run.option_fields import add_arguments
-from harness.run.options import BenchConfig
+from harness.config.fields import add_arguments
+from harness.config.options import BenchConfig
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -20,6 +20,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     """The options are checked before the driver (torch, Ray) is imported: a mistake is answered at once."""
     from harness.api import run_bench_config
-    from harness.run.options import config_from_args
+    from harness.config.options import config_from_args
 
     return run_bench_config(config_from_args(args, BenchConfig), command=" ".join(sys.argv)).exit_code

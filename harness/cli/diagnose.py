@@ -1,5 +1,5 @@
 """`harness diagnose RUN_ID`: after a failed sweep, the layers to keep in float32 so that each
-failing float16 or bfloat16 passes (harness/run/diagnose.py); prints each step of the search and
+failing float16 or bfloat16 passes (harness/diagnose/search.py); prints each step of the search and
 the path of the plan file, which `harness sweep --keep-float32 PLAN` verifies."""
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def rerun_arguments(parser: argparse.ArgumentParser, doing: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.run.diagnose import diagnose
-    from harness.run.precision_plan import read_plan
+    from harness.diagnose.search import diagnose
+    from harness.config.precision_plan import read_plan
     from harness.store.paths import check_run_id
     from harness.store.views import require_results
 

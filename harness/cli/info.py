@@ -57,7 +57,7 @@ def _ray_resources(address: str) -> dict[str, Any]:
     import ray
 
     from harness.devices import SIMULATED
-    from harness.run.place import connect
+    from harness.cluster.place import connect
 
     connect(address, SIMULATED, None)  # joining `address`: what would start a local Ray is unused
     try:

@@ -1,7 +1,7 @@
 """`harness query "SQL"`: DuckDB over the results, one view per table (runs, checks, episodes, bench).
 
 The query runs in a thread of its own: while DuckDB computes, the thread that called it is inside
-C++, where neither Ctrl-C nor SIGTERM's handler (harness/run/signals.py) runs until the query ends,
+C++, where neither Ctrl-C nor SIGTERM's handler (harness/cluster/signals.py) runs until the query ends,
 for ever in a runaway one. The main thread waits instead, takes the signal or `--timeout`, and
 interrupts the query (`connection.interrupt()`).
 """
@@ -21,7 +21,7 @@ from pathlib import Path
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from harness.run.option_fields import finite_number
+from harness.config.fields import finite_number
 
 if TYPE_CHECKING:
     import duckdb

@@ -12,7 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness.run.option_fields import finite_number
+from harness.config.fields import finite_number
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

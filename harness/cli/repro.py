@@ -1,5 +1,5 @@
 """`harness repro RUN_ID`: a failing check of a sweep as a folder its card's vendor can run
-without the harness (harness/run/repro.py); prints the folder's path."""
+without the harness (harness/repro/folder.py); prints the folder's path."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from harness.run.repro import REPRODUCIBLE, Wanted, repro
+    from harness.repro.folder import REPRODUCIBLE, Wanted, repro
     from harness.errors import UsageError
     from harness.store.paths import check_run_id
     from harness.store.views import require_results

@@ -6,8 +6,8 @@ import argparse
 import shlex
 import sys
 
-from harness.run.option_fields import add_arguments
-from harness.run.options import SweepConfig
+from harness.config.fields import add_arguments
+from harness.config.options import SweepConfig
 
 EPILOG = (
     "exit: 0 every gating check passed, 1 a gating check failed, 2 bad usage, config or input, 3 incomplete: a card "
@@ -30,8 +30,8 @@ def run(args: argparse.Namespace, name: str = "harness", again: str = "harness s
     resume (DASHBOARD in it stands for the cluster's dashboard). The options are checked before
     the driver (torch, Ray) is imported: a mistake is answered at once."""
     from harness.api import run_sweep_config
-    from harness.run.option_fields import values_from_args
-    from harness.run.options import validate
+    from harness.config.fields import values_from_args
+    from harness.config.options import validate
 
     # The options given, not only their values: --resume refuses one that differs from the run's.
     given = values_from_args(args, SweepConfig)

@@ -1,4 +1,4 @@
-"""A card's copy of a policy as TorchScript: what a vendor's repro script (harness/run/repro_script.py)
+"""A card's copy of a policy as TorchScript: what a vendor's repro script (harness/repro/script.py)
 loads with torch alone, without the harness.
 
 The copy is traced on the card that holds it, in the dtype it computes in, with whatever the card

@@ -1,0 +1,4 @@
+"""`harness sweep`, in the order it happens: plan the units and hold them to the memory budget
+(plan.py, budget.py) -> send each unit to the cards and the reference (dispatch.py) -> gather while
+watching progress (gather.py, pace.py) -> judge, and play closed-loop rounds (closed_loop.py) ->
+localise what failed (localize.py) -> write (driver.py drives it all)."""

@@ -1,0 +1,240 @@
+"""Each kind of work, from what it sends the actors to the checks it is judged by.
+
+`submit` sends a unit to the cards and the CPU reference and returns its ObjectRefs; `judge`
+turns what came back into checks and episode rows. Both match on the unit's kind of work and end
+in `assert_never`, so a kind added to `harness.sweep.plan.Work` and forgotten here fails mypy
+instead of falling through to another kind's branch.
+
+Some results serve several units: the reference's golden and float32 run of a batch serve the
+batch's unit in every dtype (and its loader unit), and a card's run of a large batch serves the
+batch-invariance units of its first rows. `SharedRefs` computes each once and lets it go when
+the last unit that reads it has been judged, so the object store holds what is still to judge,
+not the whole sweep. A unit sent again (its results came from two places: an actor that moved)
+shares nothing, so all of it is computed anew where the actors are now.
+
+What comes back from an actor is `Produced`: the value and where it was computed. Gathering
+(harness/sweep/gather.py) unwraps it; `judge` sees the values.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, TypeVar, assert_never
+
+import ray
+
+from harness.dtypes import base_dtype
+from harness.envs.spec import EnvSpec
+from harness.judge.verdicts import (
+    HONEST,
+    REFERENCE,
+    Check,
+    Rules,
+    judge_batch,
+    judge_batch_invariance,
+    judge_episodes,
+    judge_onnx,
+)
+from harness.outputs import EpisodeOutput, Outputs
+from harness.policies import GOLDEN_DTYPE
+from harness.policies.base import ACTION_MASK, EPISODE_START
+from harness.cluster.place import Placement
+from harness.sweep.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
+from harness.store.schema import CheckRow, EpisodeRow
+from harness.workloads import ObsBatch
+
+T = TypeVar("T")
+
+
+class Role(StrEnum):
+    """What a unit is judged against, computed by the CPU reference."""
+
+    GOLDEN = "golden"  # the whole policy in float64
+    FLOAT32 = "float32"  # CPU float32: the tolerance table's reference, and the episodes'
+    SAME = "same"  # the CPU in the card's dtype: the port rule's yardstick
+    ONNX = "onnx"  # onnxruntime on the original file
+    HONEST = "honest"  # the CPU float32's episodes replayed under the honest-card model
+
+
+class SharedRefs:
+    """ObjectRefs that several units read, each submitted once and dropped after its last reader."""
+
+    def __init__(self) -> None:
+        self._refs: dict[Hashable, Any] = {}
+        self._readers: Counter[Hashable] = Counter()
+
+    def take(self, key: Hashable, submit: Callable[[], T]) -> T:
+        if key not in self._refs:
+            self._refs[key] = submit()
+        self._readers[key] += 1
+        value: T = self._refs[key]
+        return value
+
+    def release(self, keys: list[Hashable]) -> None:
+        for key in keys:
+            self._readers[key] -= 1
+            if self._readers[key] == 0:
+                del self._refs[key], self._readers[key]
+
+    def __len__(self) -> int:
+        return len(self._refs)
+
+
+@dataclass
+class Submitted:
+    """A unit in flight: one ref per card in card order (none for a loader unit), each card's run
+    of the whole batch for a batch-invariance unit, and the references by role."""
+
+    unit: Unit
+    cards: list[ray.ObjectRef]
+    references: dict[Role, ray.ObjectRef]
+    inside: list[ray.ObjectRef] = field(default_factory=list)
+    shared: list[Hashable] = field(default_factory=list)
+
+
+@dataclass
+class Gathered:
+    """What came back for a unit: each card's result by label (those that produced one), the
+    invariance unit's whole-batch outputs by label, the references by role."""
+
+    cards: dict[str, Any]
+    inside: dict[str, Outputs]
+    references: dict[Role, Any]
+
+
+def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submitted:
+    """Send `unit` to every card and to the CPU reference; with `shared` None, reuse nothing."""
+    work, dtype, cards = unit.work, base_dtype(unit.dtype), [card.actor for card in placement.cards]
+    reference = placement.reference.actor
+    job = Submitted(unit, [], {})
+
+    def once(key: Hashable, make: Callable[[], T]) -> T:
+        if shared is None:
+            return make()
+        job.shared.append(key)
+        return shared.take(key, make)
+
+    def reference_batch(batch: ObsBatch, as_dtype: str) -> ray.ObjectRef:
+        # Keyed by the input's bytes: a batch unit and the loader unit of the same batch share them.
+        key = ("reference", unit.policy, batch.sha256, as_dtype)
+        return once(key, lambda: reference.run_batch(unit.policy, as_dtype, batch.obs, batch.noise))
+
+    def reference_episodes(episodes: EpisodeWork, honest: bool) -> ray.ObjectRef:
+        # Keyed by the episodes: the unit of every dtype shares them.
+        key = ("reference", unit.policy, episodes.input_sha256, "float32", honest)
+        args = episode_args(episodes)
+        return once(key, lambda: reference.run_episodes(unit.policy, "float32", *args, honest))
+
+    def whole_batch(batch_work: BatchWork | InvarianceWork) -> list[ray.ObjectRef]:
+        obs, noise = batch_work.batch.obs, batch_work.batch.noise
+        key = ("cards", unit.policy, unit.dtype, batch_work.batch.sha256)
+        return once(key, lambda: [c.run_batch(unit.policy, dtype, obs, noise) for c in cards])
+
+    match work:
+        case BatchWork():
+            job.cards = whole_batch(work)
+            job.references = {
+                Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
+                Role.FLOAT32: reference_batch(work.batch, "float32"),
+                Role.SAME: reference_batch(work.batch, unit.dtype),
+            }
+        case InvarianceWork():
+            obs, noise = tuple(o[: work.rows] for o in work.batch.obs), work.batch.noise[: work.rows]
+            job.cards = [c.run_batch(unit.policy, dtype, obs, noise) for c in cards]
+            job.inside = whole_batch(work)
+        case LoaderWork():
+            onnx_key = ("reference", unit.policy, work.input_sha256, "onnx")
+            job.references = {
+                Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
+                Role.FLOAT32: reference_batch(work.batch, "float32"),
+                Role.ONNX: once(onnx_key, lambda: reference.run_onnx(unit.policy, work.batch.obs)),
+            }
+        case EpisodeWork():
+            job.cards = [c.run_episodes(unit.policy, dtype, *episode_args(work)) for c in cards]
+            job.references = {Role.FLOAT32: reference_episodes(work, False), Role.HONEST: reference_episodes(work, True)}
+        case _:
+            assert_never(work)
+    return job
+
+
+def episode_args(work: EpisodeWork) -> tuple[EnvSpec, list[int], bool, str]:
+    """What an actor's run_episodes takes after the policy and dtype."""
+    return work.env, list(work.seeds), work.stochastic, work.batching
+
+
+def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathered) -> tuple[list[Check], list[EpisodeRow]]:
+    """The checks of one unit from what its actors returned, and its episode rows."""
+    work, refs = unit.work, got.references
+    match work:
+        case BatchWork():
+            step_inputs = work.batch.step_input(ACTION_MASK), work.batch.step_input(EPISODE_START)
+            return judge_batch(
+                rules, work.batch.noise, got.cards, refs[Role.GOLDEN], refs[Role.SAME], refs[Role.FLOAT32], *step_inputs
+            ), []
+        case InvarianceWork():
+            rows = {
+                label: (alone, {name: value[: work.rows] for name, value in got.inside[label].items()})
+                for label, alone in got.cards.items()
+                if label in got.inside
+            }
+            return judge_batch_invariance(rows, require_batch_invariance), []
+        case LoaderWork():
+            return judge_onnx(rules, refs[Role.ONNX], refs[Role.FLOAT32], refs[Role.GOLDEN]), []
+        case EpisodeWork():
+            checks, steps = judge_episodes(got.cards, refs[Role.FLOAT32], refs[Role.HONEST], rules.masked)
+            return checks, episode_rows(unit, work, got.cards, refs[Role.FLOAT32], refs[Role.HONEST], steps)
+        case _:
+            assert_never(work)
+
+
+def check_row(check: Check, *, unit_id: str, policy: str, dtype: str, workload: str, input_sha256: str) -> CheckRow:
+    """Where the comparison was made (unit, output, devices: a sweep's unit or a bench's row)
+    beside the judge's result, which fills its own columns."""
+    return CheckRow(
+        unit_id=unit_id,
+        policy=policy,
+        dtype=dtype,
+        workload=workload,
+        output=check.output,
+        kind=check.kind,
+        device_a=check.device_a,
+        device_b=check.device_b,
+        input_sha256=input_sha256,
+        gating=check.gating,
+        result=check.result,
+    )
+
+
+def episode_rows(
+    unit: Unit,
+    work: EpisodeWork,
+    cards: dict[str, list[EpisodeOutput]],
+    reference: list[EpisodeOutput],
+    honest: list[EpisodeOutput],
+    steps: dict[str, list[int | None]],
+) -> list[EpisodeRow]:
+    """One row per device and episode: the CPU reference, its honest-card replay, each card."""
+    rows = []
+    for label, episodes in {REFERENCE: reference, HONEST: honest, **cards}.items():
+        for i, episode in enumerate(episodes):
+            rows.append(
+                EpisodeRow(
+                    unit_id=unit.unit_id,
+                    policy=unit.policy,
+                    dtype=unit.dtype,
+                    device=label,
+                    env_id=work.env.env_id,
+                    mode=work.mode,
+                    batching=work.batching,
+                    batch_size=work.batch_size,
+                    episode_seed=episode.episode_seed,
+                    episode_return=episode.episode_return,
+                    length=episode.length,
+                    actions_sha256=episode.actions_sha256,
+                    first_divergent_step=None if label == REFERENCE else steps[label][i],
+                )
+            )
+    return rows
