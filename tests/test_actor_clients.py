@@ -15,7 +15,7 @@ from actors.reference_actor import ReferenceActor
 from harness.cluster.clients import ActorClient, BenchClient, PolicyClient, ReferenceClient
 from tests.helpers import REPO
 
-CLIENTS = REPO / "harness" / "run" / "clients.py"
+CLIENTS = REPO / "harness" / "cluster" / "clients.py"
 
 
 def method_calls_across_ray(source: str) -> list[str]:

@@ -16,7 +16,7 @@ from packaging.requirements import Requirement
 from harness.cluster import ray_internals
 from tests.helpers import REPO
 
-INTERNALS = REPO / "harness" / "run" / "ray_internals.py"
+INTERNALS = REPO / "harness" / "cluster" / "ray_internals.py"
 SCANNED = ("harness", "actors", "jobs", "benchmarks", "scripts", "tests")
 # What an actor handle keeps private: its id.
 PRIVATE_HANDLE_ATTRIBUTES = {"_actor_id", "_ray_actor_id"}
