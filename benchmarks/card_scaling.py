@@ -16,10 +16,10 @@ from tqdm import tqdm
 from benchmarks import Comparison
 from harness.devices import SIMULATED
 from harness.policies import PolicySpec, load_policy
-from harness.bench import bench_cards
-from harness.bench.throughput import MODE, measure_scaling
-from harness.bench.windows import Windows
-from harness.bench.work import Work
+from harness.benches import bench_cards
+from harness.benches.throughput import MODE, measure_scaling
+from harness.benches.windows import Windows
+from harness.benches.work import Work
 from harness.workloads import make_batch
 
 LARGE = {"cartpole": (4096, 65536), "huggy-arch": (4096,)}

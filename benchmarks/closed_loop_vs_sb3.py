@@ -24,7 +24,7 @@ from harness.devices import SIMULATED
 from harness.envs.spec import EnvSpec
 from harness.envs.cartpole import ENV_ID, HORIZON
 from harness.policies import PolicySpec, load_policy
-from harness.bench import bench_cards
+from harness.benches import bench_cards
 
 EPISODES = 256
 SB3_ENVS = 16

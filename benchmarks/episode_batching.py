@@ -18,7 +18,7 @@ from benchmarks import Comparison
 from harness.devices import SIMULATED
 from harness.config.command_plan import sweep_plan
 from harness.config.options import EpisodeBatching, SweepConfig
-from harness.sweep.driver import run_sweep
+from harness.sweeps.driver import run_sweep
 
 TARGET_SPEEDUP = 5.0
 ADDED_S = {100: 4.0, 1000: 15.0}

@@ -26,7 +26,7 @@ import ray
 from benchmarks import Comparison
 from harness.devices import SIMULATED
 from harness.policies import PolicySpec, load_policy
-from harness.bench import bench_cards
+from harness.benches import bench_cards
 from harness.cluster.clients import BenchClient
 from harness.workloads import ObsBatch, make_batch
 

@@ -73,7 +73,7 @@ def sweep() -> dict[str, float]:
     """The default sweep's phases (its printed lines kept out of the benchmark's)."""
     from harness.config.command_plan import sweep_plan
     from harness.config.options import SweepConfig
-    from harness.sweep.driver import run_sweep
+    from harness.sweeps.driver import run_sweep
 
     with tempfile.TemporaryDirectory() as results, contextlib.redirect_stdout(io.StringIO()):
         start = time.perf_counter()

@@ -13,7 +13,7 @@ import time
 from benchmarks import Comparison
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
-from harness.sweep.driver import run_sweep
+from harness.sweeps.driver import run_sweep
 
 TARGET_OVERHEAD = 0.10
 TARGET_TOTAL_S = 60.0

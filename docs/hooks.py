@@ -3,7 +3,9 @@
 `<!-- harness-help COMMAND -->` becomes that command's `--help` (from `harness.cli.build_parser()`,
 which imports no torch), and `<!-- harness-columns TABLE -->` a table of that Parquet table's
 columns (from `harness.store.schema.SCHEMAS`), each with its type and, where the row's dataclass
-or the result type that fills it says one, its meaning. An unknown name fails the build.
+or the result type that fills it says one, its meaning. `<!-- harness-layers -->` becomes the
+picture of the layers from the import contracts in `pyproject.toml`, the ones `lint-imports` holds.
+An unknown name fails the build.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import argparse
 import inspect
 import os
 import re
+import tomllib
 from dataclasses import fields, is_dataclass
 from typing import Any, get_args
 
 HELP = re.compile(r"<!-- harness-help ([\w-]+) -->")
 COLUMNS = re.compile(r"<!-- harness-columns (\w+) -->")
+LAYERS = "<!-- harness-layers -->"
+PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
 # A field's trailing comment in a dataclass body: `name: type  # what it is`.
 FIELD_COMMENT = re.compile(r"^\s+(\w+): [^#\n]+?#\s*(.+)$", re.M)
 WIDTH = "100"
@@ -24,6 +29,8 @@ WIDTH = "100"
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     markdown = HELP.sub(lambda match: help_text(match.group(1)), markdown)
+    if LAYERS in markdown:
+        markdown = markdown.replace(LAYERS, layers_picture())
     return COLUMNS.sub(lambda match: columns_table(match.group(1)), markdown)
 
 
@@ -102,3 +109,24 @@ def columns_table(table: str) -> str:
         text = meaning.get(field.name, "").replace("|", "\\|")
         lines.append(f"| `{field.name}` | {field.type} | {text} |")
     return "\n".join(lines)
+
+
+def layers_picture(pyproject: str = PYPROJECT) -> str:
+    """The layers contract as a picture, top layer first: each may import those below it, never
+    above; siblings on one line (`a | b`) import neither each other. Then each forbidden contract."""
+    with open(pyproject, "rb") as f:
+        contracts = tomllib.load(f)["tool"]["importlinter"]["contracts"]
+    lines: list[str] = []
+    for contract in contracts:
+        if contract["type"] == "layers":
+            for i, layer in enumerate(contract["layers"]):
+                lines.append(("↓ " if i else "  ") + " | ".join(part.strip() for part in layer.split("|")))
+    forbidden = [
+        f"- {contract['name']}: {', '.join(contract['source_modules'])} import none of "
+        + ", ".join(contract["forbidden_modules"])
+        for contract in contracts
+        if contract["type"] == "forbidden"
+    ]
+    if not lines:
+        raise KeyError("harness-layers: pyproject.toml has no layers contract")
+    return "```text\n" + "\n".join(lines) + "\n```\n\n" + "\n".join(forbidden)

@@ -86,7 +86,7 @@ class RunResult:
 def sweep(**options: Any) -> RunResult:
     """`harness sweep` with `options`; the summary is printed as the command prints it."""
     values = values_from_mapping(SweepConfig, options, "harness.sweep()")
-    return run_sweep_config(validate(SweepConfig(**values)), called("harness.sweep", options), set(values))
+    return run_sweep_config(validate(SweepConfig(**values)), called("harness.sweeps", options), set(values))
 
 
 def bench(**options: Any) -> RunResult:
@@ -110,7 +110,7 @@ def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] =
     phases = Phases()
     with phases("imports"):
         from harness.cluster.lifecycle import EXIT_CODES
-        from harness.sweep.driver import run_sweep
+        from harness.sweeps.driver import run_sweep
 
     outcome = run_sweep(plan, command=command, phases=phases)
     code = EXIT_CODES.get(outcome.status, 0 if outcome.passed else 1)
@@ -126,7 +126,7 @@ def run_bench_config(config: BenchConfig, command: str) -> RunResult:
     plan = bench_plan(config)
     phases = Phases()
     with phases("imports"):
-        from harness.bench import run_bench
+        from harness.benches import run_bench
         from harness.store.schema import BENCH
 
     outcome = run_bench(plan, command=command, phases=phases)

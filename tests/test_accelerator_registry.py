@@ -16,11 +16,11 @@ from harness.devices.base import Accelerator, Detection
 from harness.devices.precision import Switch
 from harness.errors import UsageError
 from harness.policies import PolicySpec, load_policy
-from harness.sweep.budget import check_cards, expected_cards
+from harness.sweeps.budget import check_cards, expected_cards
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig, validate
 from harness.cluster.place import card_options
-from harness.sweep.driver import dtype_labels
+from harness.sweeps.driver import dtype_labels
 from harness.workloads import make_batch
 
 

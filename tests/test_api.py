@@ -31,6 +31,23 @@ def test_import_harness_stays_light() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+def test_no_package_of_the_harness_shadows_the_api() -> None:
+    """A subpackage named `harness/sweep/` would replace the function `harness.sweep` the moment
+    anything imported it (Python sets a package's attribute to each submodule it imports)."""
+    script = textwrap.dedent(
+        """
+        import importlib, pkgutil, harness
+        for module in pkgutil.walk_packages(harness.__path__, "harness."):
+            if not module.name.endswith("__main__"):
+                importlib.import_module(module.name)
+        import harness.api
+        assert harness.sweep is harness.api.sweep and harness.bench is harness.api.bench, (harness.sweep, harness.bench)
+        """
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+
+
 @pytest.mark.parametrize(
     ("options", "words"),
     [

@@ -14,12 +14,12 @@ import pyarrow.parquet as pq
 from tqdm import tqdm
 
 from harness.policies import load_policy
-from harness.bench.driver import bench_tables, measure
-from harness.bench.modes import Bench, Mode
-from harness.bench.rows import Figures, Measurement, RowKey, Sampled, Summary, sample_columns
-from harness.bench.rules import Rule
-from harness.bench.windows import Tally, Windows, median_of_windows, window_rules
-from harness.bench.work import Work
+from harness.benches.driver import bench_tables, measure
+from harness.benches.modes import Bench, Mode
+from harness.benches.rows import Figures, Measurement, RowKey, Sampled, Summary, sample_columns
+from harness.benches.rules import Rule
+from harness.benches.windows import Tally, Windows, median_of_windows, window_rules
+from harness.benches.work import Work
 from harness.config.command_plan import bench_plan
 from harness.config.options import BenchConfig
 from harness.cluster.phases import Phases

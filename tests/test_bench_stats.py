@@ -35,11 +35,11 @@ from harness.judge.bench_stats import (
     windows_disagree,
 )
 from harness.policies import load_policy
-from harness.bench.latency import latency_measurement
-from harness.bench.server import Trial, find_max_rate
-from harness.bench.throughput import Round, round_schedule, scaling_measurements
-from harness.bench.windows import Windows, kept_windows, repeat_windows
-from harness.bench.work import Work
+from harness.benches.latency import latency_measurement
+from harness.benches.server import Trial, find_max_rate
+from harness.benches.throughput import Round, round_schedule, scaling_measurements
+from harness.benches.windows import Windows, kept_windows, repeat_windows
+from harness.benches.work import Work
 from harness.cluster.place import BenchCard, Placed
 from harness.workloads import make_batch, poisson_arrivals
 from tests.builders import described

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from harness.policies import load_policy
-from harness.sweep.budget import estimate, input_bytes_per_row
+from harness.sweeps.budget import estimate, input_bytes_per_row
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
-from harness.sweep.plan import plan_batches, planned_batches
+from harness.sweeps.plan import plan_batches, planned_batches
 
 
 @pytest.mark.parametrize("name", ["cartpole", "huggy-arch"])

@@ -242,7 +242,7 @@ def test_the_config_maps_policies_to_environments(tmp_path: Path) -> None:
     config = config_from_args(_parse("sweep", "--config", str(toml)), SweepConfig)
     assert config.envs == {"cartpole": "CartPole-v1"} and config.require_batch_invariance
     from harness.config.command_plan import sweep_plan
-    from harness.sweep.plan import policy_specs
+    from harness.sweeps.plan import policy_specs
 
     spec = next(s for s in policy_specs(sweep_plan(config).common) if s.source == "cartpole")
     assert (spec.env_id, spec.env_overrides) == ("CartPole-v1", True)

@@ -16,10 +16,10 @@ import pytest
 from harness.judge.returns import Outcome
 from harness.judge.verdicts import HONEST
 from harness.policies import load_policy
-from harness.sweep.closed_loop import ClosedLoop
+from harness.sweeps.closed_loop import ClosedLoop
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
-from harness.sweep.plan import EpisodeWork, Unit, plan_inputs, plan_units
+from harness.sweeps.plan import EpisodeWork, Unit, plan_inputs, plan_units
 from harness.store.claim import Claim
 from harness.store.schema import EpisodeRow
 from harness.store.writer import RunWriter

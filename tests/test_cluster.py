@@ -18,7 +18,7 @@ from harness.cluster import ray_internals
 from harness.errors import UsageError
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
-from harness.sweep.driver import run_sweep
+from harness.sweeps.driver import run_sweep
 from tests.conftest import Head, free_port
 from tests.helpers import REPO, assert_usage_error, cli, read_table, start_ray_node
 

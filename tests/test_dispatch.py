@@ -14,12 +14,12 @@ import pytest
 
 from harness.policies import load_policy
 from harness.cluster.clients import PolicyClient, ReferenceClient
-from harness.sweep.dispatch import Role, SharedRefs, submit
+from harness.sweeps.dispatch import Role, SharedRefs, submit
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
 from harness.cluster.place import Placed, Placement
 from tests.builders import described
-from harness.sweep.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, plan_inputs, plan_units
+from harness.sweeps.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, plan_inputs, plan_units
 from tests.helpers import REPO
 
 
@@ -89,11 +89,11 @@ def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_re
 
 
 NEW_WORK = (
-    "harness/sweep/plan.py",
+    "harness/sweeps/plan.py",
     "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork",
     "@dataclass(frozen=True)\nclass NewWork:\n    name: str = 'new'\n    input_sha256: str = ''\n\n\n"
     "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | NewWork",
-    "harness/sweep/dispatch.py",
+    "harness/sweeps/dispatch.py",
     2,  # submit and judge
 )
 NEW_CHECK = (

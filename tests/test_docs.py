@@ -50,6 +50,8 @@ def build(source: Path, site: Path) -> subprocess.CompletedProcess[str]:
 def copy_site(to: Path) -> Path:
     to.mkdir()
     shutil.copy(REPO / "mkdocs.yml", to / "mkdocs.yml")
+    # The architecture page draws its layers from the import contracts in it.
+    shutil.copy(REPO / "pyproject.toml", to / "pyproject.toml")
     shutil.copytree(REPO / "docs", to / "docs", ignore=shutil.ignore_patterns("__pycache__"))
     return to
 
@@ -108,6 +110,30 @@ def test_an_unknown_marker_fails_the_build() -> None:
         module.on_page_markdown("<!-- harness-columns chekcs -->")
 
 
+def test_the_architecture_picture_is_the_import_contract(tmp_path: Path) -> None:
+    import tomllib
+
+    contracts = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c["layers"] for c in contracts if c["type"] == "layers"]
+    picture = hooks().layers_picture().splitlines()
+    drawn = [line.removeprefix("↓ ").strip() for line in picture[1 : picture.index("```", 1)]]
+    assert drawn == [" | ".join(part.strip() for part in layer.split("|")) for layer in layers]
+    assert "harness.cluster" in drawn and "harness.run" not in " ".join(drawn)
+    # Reordered in pyproject.toml, the picture follows; without a layers contract, the build fails.
+    swapped = (
+        (REPO / "pyproject.toml")
+        .read_text()
+        .replace('"harness.sweeps",\n', "")
+        .replace('"harness.config",\n', '"harness.config",\n    "harness.sweeps",\n')
+    )
+    (tmp_path / "moved.toml").write_text(swapped)
+    moved = hooks().layers_picture(str(tmp_path / "moved.toml"))
+    assert moved.index("harness.config") < moved.index("harness.sweeps")
+    (tmp_path / "none.toml").write_text('[tool.importlinter]\nroot_packages = ["harness"]\ncontracts = []\n')
+    with pytest.raises(KeyError, match="no layers contract"):
+        hooks().layers_picture(str(tmp_path / "none.toml"))
+
+
 @needs_mkdocs
 def test_the_site_builds_strictly_with_every_option_and_column(site: Path) -> None:
     reference = text_of(site / "reference" / "index.html")
@@ -120,6 +146,8 @@ def test_the_site_builds_strictly_with_every_option_and_column(site: Path) -> No
         for name in schema.names:
             assert name in results, name
     assert "<!-- harness-" not in (site / "reference" / "index.html").read_text()
+    architecture = text_of(site / "architecture" / "index.html")
+    assert "↓ harness.sweeps" in architecture and "<!-- harness-" not in architecture
 
 
 @needs_mkdocs

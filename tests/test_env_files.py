@@ -20,7 +20,7 @@ from harness.envs.spec import EnvSpec, is_registered, make_env, require_register
 from harness.errors import PolicyLoadError, UsageError
 from harness.policies import CARTPOLE_ZIP, load_policy
 from harness.policies.policy_files import EnvSetup, PublishedScore, Wrapper, find_env
-from harness.sweep.plan import with_gymnasium_id
+from harness.sweeps.plan import with_gymnasium_id
 from tests.test_policy_files import CARD
 
 ATARI = "stable_baselines3.common.atari_wrappers.AtariWrapper"

@@ -14,8 +14,8 @@ import pytest
 from harness.inference.fault_specs import Fault, parse_faults
 from harness.inference.faults import strike
 from harness.report.summary import print_summary
-from harness.sweep.gather import Watch, shares_of
-from harness.sweep.pace import HANG_MULTIPLE, RESTART_MARGIN, Pace, restart_bound_s
+from harness.sweeps.gather import Watch, shares_of
+from harness.sweeps.pace import HANG_MULTIPLE, RESTART_MARGIN, Pace, restart_bound_s
 from harness.cluster.place import Placed, Placement, join_refusal, token_refusal
 from harness.store.schema import SCHEMAS
 from tests.builders import described
@@ -68,7 +68,7 @@ def test_a_restart_is_given_a_placement_twice_the_longest_start_or_the_hang_time
 
 
 def test_the_reference_comes_after_the_cards_and_each_card_is_asked_its_run_and_its_whole_batch() -> None:
-    from harness.sweep.dispatch import Role, Submitted
+    from harness.sweeps.dispatch import Role, Submitted
 
     job = Submitted(unit=None, cards=["a0", "a1"], references={Role.GOLDEN: "g", Role.SAME: "s"}, inside=["w0", "w1"])
     assert shares_of(job, reference=2) == {0: ["a0", "w0"], 1: ["a1", "w1"], 2: ["g", "s"]}

@@ -33,7 +33,7 @@ from harness.errors import UsageError
 from harness.judge.verdicts import HONEST
 from harness.policies import load_policy
 from harness.policies.policy_files import PLAIN, EnvSetup, Wrapper
-from harness.sweep.plan import with_gymnasium_id
+from harness.sweeps.plan import with_gymnasium_id
 from tests.builders import redraw_weights, write_zoo_files, zoo_yaml
 from tests.conftest import Head
 from tests.helpers import harness, read_table

@@ -35,11 +35,11 @@ from harness.judge.verdicts import NOT_THE_AGENTS, ClosedLoopRules, Published, j
 from harness.policies import load_policy
 from harness.policies.policy_files import PublishedScore, find_env, rl_zoo_benchmark
 from harness.policies.sb3.archive import trained_steps
-from harness.sweep.closed_loop import ClosedLoop
+from harness.sweeps.closed_loop import ClosedLoop
 from harness.config.command_plan import sweep_plan
 from harness.config.fields import read_toml
 from harness.config.options import SweepConfig, validate
-from harness.sweep.plan import EpisodeWork, Unit, plan_inputs, plan_units
+from harness.sweeps.plan import EpisodeWork, Unit, plan_inputs, plan_units
 from harness.store.schema import EpisodeRow
 from tests.conftest import Head
 from tests.helpers import cli, read_table

@@ -8,7 +8,7 @@ import torch
 
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
-from harness.sweep.plan import plan_batches, plan_inputs, plan_units
+from harness.sweeps.plan import plan_batches, plan_inputs, plan_units
 from harness.policies import load_policy
 from harness.workloads import batch_sha256, make_batch
 from tests.builders import described
@@ -73,7 +73,7 @@ def plan_inputs_again(config: SweepConfig, policies: dict) -> dict:
 
 def test_float32_on_cards_that_reduce_their_matmuls_is_labelled_so() -> None:
     from harness.errors import UsageError
-    from harness.sweep.driver import dtype_labels
+    from harness.sweeps.driver import dtype_labels
 
     strict = described("cuda0", settings={"torch.backends.cuda.matmul.fp32_precision": "ieee"})
     tf32 = described("cuda1", settings={"torch.backends.cuda.matmul.fp32_precision": "tf32"})

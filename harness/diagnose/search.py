@@ -25,15 +25,15 @@ from harness.errors import RunUnfinished, UsageError
 from harness.judge.kinds import CheckKind
 from harness.policies import PolicyNet, PolicySpec
 from harness.policies.keep_float32 import precision_layers
-from harness.sweep.gather import Watch
+from harness.sweeps.gather import Watch
 from harness.cluster.lifecycle import ray_cluster
 from harness.config.command_plan import SweepPlan, sweep_plan
 from harness.config.options import SweepConfig, validate
 from harness.cluster.phases import Phases
 from harness.cluster.place import Placement, place_sweep
-from harness.sweep.plan import Inputs, load_policies, plan_inputs, plan_units
+from harness.sweeps.plan import Inputs, load_policies, plan_inputs, plan_units
 from harness.config.precision_plan import KeptLayers, Plan, Step, write_plan
-from harness.sweep.driver import judge_units
+from harness.sweeps.driver import judge_units
 from harness.report.outcome import unfinished
 from harness.report.run_report import next_step, record_of
 from harness.store.paths import inside, table_dir

@@ -75,7 +75,7 @@ class Runner:
         self._prepare = prepare or (lambda policy: policy)
         self._ready: dict[tuple[str, str], PolicyNet] = {}
         # Episode steps played by this process, read from another thread while a unit runs: a
-        # hung actor's count stands still, a slow one's moves (harness/sweep/gather.py).
+        # hung actor's count stands still, a slow one's moves (harness/sweeps/gather.py).
         self.steps = 0
 
     def stepped(self) -> None:

@@ -26,7 +26,7 @@ from harness.judge.numerics import as_float64, first_index, same_bits
 # How `Divergence.describe` names the layer, and the reader of it (`named_layer`), side by side.
 DIVERGENT = "first divergent layer"
 OFF_GOLDEN = "first layer off the golden"
-# "as found on WORKLOAD: " where a later batch names an earlier batch's search (harness/sweep/localize.py).
+# "as found on WORKLOAD: " where a later batch names an earlier batch's search (harness/sweeps/localize.py).
 _NAMED = re.compile(rf"(?:as found on (?P<on>[^:;]+): )?(?P<how>{DIVERGENT}|{OFF_GOLDEN}): (?P<where>.+?) \(")
 
 

@@ -38,7 +38,7 @@ EXIT_CODES = {
     Verdict.INCOMPLETE: 3,
 }
 
-# The statuses a sweep ends with (harness/sweep/driver.py); any other (running, incomplete,
+# The statuses a sweep ends with (harness/sweeps/driver.py); any other (running, incomplete,
 # interrupted, or one a later harness adds for a run stopped short) is a run that has not finished.
 FINISHED = ("passed", "failed")
 BENCH_STATUS = "bench"

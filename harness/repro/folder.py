@@ -31,12 +31,12 @@ from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.torchscript import output_names
 from harness.judge.kinds import CheckKind
 from harness.diagnose.search import rerun_actors, rerun_plan, stored_config
-from harness.sweep.dispatch import Role, judge, submit
-from harness.sweep.gather import gather
+from harness.sweeps.dispatch import Role, judge, submit
+from harness.sweeps.gather import gather
 from harness.cluster.phases import Phases
-from harness.sweep.plan import BatchWork, Unit, load_policies, plan_inputs
+from harness.sweeps.plan import BatchWork, Unit, load_policies, plan_inputs
 from harness.repro.script import weights_sha256
-from harness.sweep.driver import unit_rules
+from harness.sweeps.driver import unit_rules
 from harness.store.paths import inside, table_dir
 from harness.store.writer import read_run
 

@@ -1,6 +1,6 @@
 """From a mode's typed measurement to its `bench` row, the same for every mode: the measurement
 says what it is (`RowKey`), what it found (`Figures`, an interval, a detail) and its raw samples;
-its mode's table of rules (harness/bench/rules.py) says whether it is a result."""
+its mode's table of rules (harness/benches/rules.py) says whether it is a result."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 
 from harness.judge.bench_stats import Interval
 from harness.outputs import Outputs
-from harness.bench.rules import Rule, judge, verdict_reason
-from harness.bench.work import Work
+from harness.benches.rules import Rule, judge, verdict_reason
+from harness.benches.work import Work
 from harness.cluster.place import BenchCard
 from harness.store.schema import BenchRow, BenchSampleRow
 

@@ -15,10 +15,10 @@ import ray
 from harness.inference.timing import LatencyWindow, measure_latency
 from harness.judge.bench_stats import Interval, latency_percentiles, quantile_interval, too_few_for_percentile, window_p50s
 from harness.outputs import Outputs
-from harness.bench.modes import Bench, Mode
-from harness.bench.rows import BenchResult, Figures, Measurement, RowKey, Sampled, Summary, judged, sample_columns
-from harness.bench.rules import Rule
-from harness.bench.windows import (
+from harness.benches.modes import Bench, Mode
+from harness.benches.rows import BenchResult, Figures, Measurement, RowKey, Sampled, Summary, judged, sample_columns
+from harness.benches.rules import Rule
+from harness.benches.windows import (
     Tally,
     WindowRuns,
     Windows,
@@ -27,7 +27,7 @@ from harness.bench.windows import (
     starved_window,
     window_rules,
 )
-from harness.bench.work import Work
+from harness.benches.work import Work
 from harness.cluster.place import BenchCard
 
 DEVICE, END_TO_END = "device", "end_to_end"

@@ -18,11 +18,11 @@ from tqdm import tqdm
 from harness.inference.timing import Throughput
 from harness.judge.bench_stats import Interval, efficiency_above_one, is_starved, round_efficiencies
 from harness.outputs import Outputs
-from harness.bench.modes import Bench, Mode
-from harness.bench.rows import BenchResult, Figures, Measurement, RowKey, Sampled, Summary, sample_columns
-from harness.bench.rules import Rule
-from harness.bench.windows import Tally, Windows, kept_windows, median_of_windows, repeat_windows, window_rules
-from harness.bench.work import Work
+from harness.benches.modes import Bench, Mode
+from harness.benches.rows import BenchResult, Figures, Measurement, RowKey, Sampled, Summary, sample_columns
+from harness.benches.rules import Rule
+from harness.benches.windows import Tally, Windows, kept_windows, median_of_windows, repeat_windows, window_rules
+from harness.benches.work import Work
 from harness.cluster.place import BenchCard
 
 # A schedule of throughput windows opens this long after it is sent, so every card starts at the same time.

@@ -4,7 +4,7 @@ the actors to capture). Run once per failing card, dtype and kind of check; late
 fail the same way name that batch's answer instead of searching again. Where the dtype itself
 overflows (the CPU in the card's dtype too), the layer where that begins, from the CPU
 reference's captures, once per policy and dtype. The captures queue behind the actors' other
-work and are waited for as any result is (harness/sweep/gather.py)."""
+work and are waited for as any result is (harness/sweeps/gather.py)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from harness.judge.kinds import CheckKind
 from harness.judge.localize import first_divergent_layer, first_layer_off_golden, first_nonfinite_layer, first_overflow_layer
 from harness.judge.verdicts import Check, Rules
 from harness.policies import GOLDEN_DTYPE, PolicyNet
-from harness.sweep.dispatch import check_row
-from harness.sweep.gather import Watch
+from harness.sweeps.dispatch import check_row
+from harness.sweeps.gather import Watch
 from harness.cluster.place import Placement
-from harness.sweep.plan import BatchWork, Unit
+from harness.sweeps.plan import BatchWork, Unit
 from harness.store.schema import CheckRow
 
 SEARCHED = (CheckKind.CROSS_CARD, CheckKind.CPU_REFERENCE)

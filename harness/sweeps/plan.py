@@ -222,7 +222,7 @@ def plan_units(
 
 @dataclass(frozen=True)
 class PlannedBatch:
-    """A batch of the plan before it is made: what the memory estimate (harness/sweep/budget.py)
+    """A batch of the plan before it is made: what the memory estimate (harness/sweeps/budget.py)
     sizes, and what `plan_batches` makes."""
 
     distribution: str
@@ -262,7 +262,7 @@ def largest_normal(batches: list[ObsBatch]) -> ObsBatch:
 
 def plan_episodes(plan: SweepPlan, policy: PolicyNet) -> list[EpisodeWork]:
     """Closed-loop episodes for policies that have an environment: the first round of each mode
-    (with `--episodes auto`, harness/sweep/closed_loop.py plans the others)."""
+    (with `--episodes auto`, harness/sweeps/closed_loop.py plans the others)."""
     env = EnvSpec.played_by(policy.info)
     count = AUTO_FIRST_ROUND if plan.episodes == AUTO_EPISODES else plan.episodes
     if count == 0 or env is None:

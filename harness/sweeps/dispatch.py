@@ -2,7 +2,7 @@
 
 `submit` sends a unit to the cards and the CPU reference and returns its ObjectRefs; `judge`
 turns what came back into checks and episode rows. Both match on the unit's kind of work and end
-in `assert_never`, so a kind added to `harness.sweep.plan.Work` and forgotten here fails mypy
+in `assert_never`, so a kind added to `harness.sweeps.plan.Work` and forgotten here fails mypy
 instead of falling through to another kind's branch.
 
 Some results serve several units: the reference's golden and float32 run of a batch serve the
@@ -13,7 +13,7 @@ not the whole sweep. A unit sent again (its results came from two places: an act
 shares nothing, so all of it is computed anew where the actors are now.
 
 What comes back from an actor is `Produced`: the value and where it was computed. Gathering
-(harness/sweep/gather.py) unwraps it; `judge` sees the values.
+(harness/sweeps/gather.py) unwraps it; `judge` sees the values.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import GOLDEN_DTYPE
 from harness.policies.base import ACTION_MASK, EPISODE_START
 from harness.cluster.place import Placement
-from harness.sweep.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
+from harness.sweeps.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
 from harness.store.schema import CheckRow, EpisodeRow
 from harness.workloads import ObsBatch
 

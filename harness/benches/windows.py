@@ -22,7 +22,7 @@ from harness.judge.bench_stats import (
     too_few_windows,
     windows_disagree,
 )
-from harness.bench.rules import Rule
+from harness.benches.rules import Rule
 from harness.config.command_plan import BenchPlan
 from harness.cluster.place import BenchCard
 

@@ -10,7 +10,7 @@ a bound and naming what was lost (`RunIncomplete`), where Ray cannot recover:
   PLACEMENT_TIMEOUT_S, RESTART_MARGIN times the longest start seen (the sweep's actors' first,
   or a restart since) and --hang-timeout: a restart starts a process, imports torch and loads
   the policies again (a CUDA build of torch on a busy 2-core machine: over 40 s);
-- an actor that hangs twice: no progress for longer than its bound (harness/sweep/pace.py), the
+- an actor that hangs twice: no progress for longer than its bound (harness/sweeps/pace.py), the
   second time after the driver killed it and Ray restarted it;
 - the CPU reference failing for good: nothing is judged without it.
 
@@ -18,7 +18,7 @@ The driver sees each actor as a lane: its shares of the units, in the order it r
 an actor's tasks in submission order). The first share is the one running; it started when the
 share before it came back. What the lane shows of its progress (a result back, its episode steps
 moving, asked every PROGRESS_POLL_S on a thread of the actor's own) is all that tells a slow
-actor from a hung one (harness/sweep/pace.py): no unit has a deadline, and no other actor's pace
+actor from a hung one (harness/sweeps/pace.py): no unit has a deadline, and no other actor's pace
 counts.
 
 A card that Ray restarted on another node is another card: each result says where it was computed
@@ -42,10 +42,10 @@ from harness.judge.verdicts import Check, error_check
 from harness.outputs import Produced
 from harness.cluster import place, ray_internals
 from harness.cluster.clients import SweepClient
-from harness.sweep.dispatch import Gathered, Submitted
-from harness.sweep.pace import Pace, restart_bound_s
+from harness.sweeps.dispatch import Gathered, Submitted
+from harness.sweeps.pace import Pace, restart_bound_s
 from harness.cluster.place import Placement
-from harness.sweep.plan import Unit
+from harness.sweeps.plan import Unit
 
 # How often a waiting driver looks at its actors; the placement group is a GCS call, read less
 # often, and so is an actor's progress (a call into it), only while it has work.
@@ -343,7 +343,7 @@ class Watch:
         return None
 
     def restart_s(self) -> float:
-        """How long an actor that restarts may take to be back (harness/sweep/pace.py)."""
+        """How long an actor that restarts may take to be back (harness/sweeps/pace.py)."""
         return restart_bound_s(place.PLACEMENT_TIMEOUT_S, self.started_s, self.hang_timeout_s)
 
     def _leave(self, lane: Lane, now: float, why: str, bound_s: float) -> None:

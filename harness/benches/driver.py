@@ -1,7 +1,7 @@
 """The driver of `harness bench`, in the order a bench happens:
 
 load policies -> join or start Ray -> place one BenchActor per card -> each registered mode
-(harness/bench/registry.py: latency, throughput, closed loop, server) measures, and each
+(harness/benches/registry.py: latency, throughput, closed loop, server) measures, and each
 measurement is judged by its mode's rules into a row -> the audit of the timed path -> publish
 `bench`, `bench_samples`, `checks`, then the `runs` row that says the bench ended -> print the
 summary.
@@ -31,18 +31,18 @@ from harness.envs.spec import EnvSpec
 from harness.inference.fault_specs import Fault, refuse_absent_cards, refuse_maskless
 from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
-from harness.bench.audit import audit
-from harness.bench.modes import Bench, Mode
-from harness.bench.registry import MODES
-from harness.bench.rows import BenchResult, Measurement, sample_table
-from harness.bench.windows import Windows
-from harness.bench.work import Loop, Work
-from harness.sweep.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
+from harness.benches.audit import audit
+from harness.benches.modes import Bench, Mode
+from harness.benches.registry import MODES
+from harness.benches.rows import BenchResult, Measurement, sample_table
+from harness.benches.windows import Windows
+from harness.benches.work import Loop, Work
+from harness.sweeps.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
 from harness.cluster.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.config.command_plan import BenchPlan
 from harness.cluster.phases import Phases
 from harness.cluster.place import BenchCard, cluster_address, place_bench
-from harness.sweep.plan import load_policies
+from harness.sweeps.plan import load_policies
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
 from harness.store.schema import BenchRow, CheckRow

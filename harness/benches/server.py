@@ -30,12 +30,12 @@ from harness.judge.bench_stats import (
     too_few_for_percentile,
 )
 from harness.outputs import Outputs
-from harness.bench.latency import Latency, unloaded
-from harness.bench.modes import Bench, Mode
-from harness.bench.rows import Figures, Measurement, RowKey, Sampled, Summary, sample_columns
-from harness.bench.rules import Rule
-from harness.bench.windows import Windows
-from harness.bench.work import Work
+from harness.benches.latency import Latency, unloaded
+from harness.benches.modes import Bench, Mode
+from harness.benches.rows import Figures, Measurement, RowKey, Sampled, Summary, sample_columns
+from harness.benches.rules import Rule
+from harness.benches.windows import Windows
+from harness.benches.work import Work
 from harness.config.command_plan import BenchPlan
 from harness.cluster.place import BenchCard
 from harness.workloads import poisson_arrivals

@@ -1,7 +1,7 @@
 """Closed-loop verdicts over every episode of a mode: the rounds `--episodes auto` plays, and the
 episode_return and published_return checks, judged once a mode's rounds are done.
 
-Episode units (harness/sweep/plan.py `EpisodeWork`) are rounds: the first is planned with the
+Episode units (harness/sweeps/plan.py `EpisodeWork`) are rounds: the first is planned with the
 sweep's other units; with `--episodes auto` each further round of a mode plays the seeds after
 the last round's, on the dtypes whose verdict is still INCONCLUSIVE, so its unit id is stable.
 Its size comes from the episodes the open verdicts say would decide, at least twice and at most
@@ -37,7 +37,7 @@ from harness.judge.verdicts import (
 from harness.policies import PolicyNet
 from harness.config.command_plan import SweepPlan
 from harness.config.options import AUTO_EPISODES
-from harness.sweep.plan import PUBLISHED_DTYPE, EpisodeWork, Unit, unit_id
+from harness.sweeps.plan import PUBLISHED_DTYPE, EpisodeWork, Unit, unit_id
 from harness.store.schema import EpisodeRow
 
 # A further round plays at least twice the episodes played, and at most this many times: the

@@ -27,7 +27,7 @@ from harness.policies import PolicyNet
 from harness.config.command_plan import BenchPlan, CommonPlan, SweepPlan
 from harness.config.options import AUTO_EPISODES
 from harness.cluster.place import cluster_address
-from harness.sweep.plan import planned_batches
+from harness.sweeps.plan import planned_batches
 from harness.workloads import noise_shape
 
 GIB = 1024**3

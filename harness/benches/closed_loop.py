@@ -13,10 +13,10 @@ import ray
 
 from harness.inference.timing import ClosedLoop
 from harness.judge.bench_stats import Interval
-from harness.bench.modes import Bench, Mode
-from harness.bench.rows import Figures, Measurement, RowKey, Sampled, Summary, sample_columns
-from harness.bench.rules import Rule
-from harness.bench.windows import (
+from harness.benches.modes import Bench, Mode
+from harness.benches.rows import Figures, Measurement, RowKey, Sampled, Summary, sample_columns
+from harness.benches.rules import Rule
+from harness.benches.windows import (
     Tally,
     WindowRuns,
     Windows,
@@ -25,7 +25,7 @@ from harness.bench.windows import (
     starved_window,
     window_rules,
 )
-from harness.bench.work import Loop
+from harness.benches.work import Loop
 from harness.cluster.place import BenchCard
 
 

@@ -6,8 +6,8 @@ import ray
 
 from harness.judge.verdicts import judge_bench_audit
 from harness.outputs import Outputs
-from harness.bench.rows import BenchResult
-from harness.sweep.dispatch import check_row
+from harness.benches.rows import BenchResult
+from harness.sweeps.dispatch import check_row
 from harness.store.schema import CheckRow
 
 

@@ -1,5 +1,5 @@
 """A bench mode: how it measures, the rules its rows answer to, and its share of the progress
-bar. The driver runs the registered modes (harness/bench/registry.py) in order, judges each
+bar. The driver runs the registered modes (harness/benches/registry.py) in order, judges each
 measurement by its mode's rules and writes the rows; it knows no mode's insides."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Generic
 
 from tqdm import tqdm
 
-from harness.bench.rows import BenchResult, M, Measurement, judged
-from harness.bench.rules import Rule
-from harness.bench.windows import Windows
-from harness.bench.work import Loop, Work
+from harness.benches.rows import BenchResult, M, Measurement, judged
+from harness.benches.rules import Rule
+from harness.benches.windows import Windows
+from harness.benches.work import Loop, Work
 from harness.config.command_plan import BenchPlan
 from harness.cluster.place import BenchCard
 

@@ -1,5 +1,5 @@
 """When a sweep's actor counts as hung, and how long one that restarts may take: from its own
-pace alone, never another actor's. Pure: the driver (harness/sweep/gather.py) gives it the clock.
+pace alone, never another actor's. Pure: the driver (harness/sweeps/gather.py) gives it the clock.
 
 A slow actor and a hung one both take long over a unit; what tells them apart is progress. An
 actor shows progress when a result of its comes back and, while a unit runs, when its count of

@@ -4,7 +4,7 @@ make the inputs -> join or start Ray -> place the actors -> name the units (each
 labels) -> fan out the same bytes to every actor -> gather and judge each unit -> stage its rows
 -> write the run's Parquet -> print the summary.
 
-Where the cluster loses or hangs a card and cannot recover (harness/sweep/gather.py), the run ends
+Where the cluster loses or hangs a card and cannot recover (harness/sweeps/gather.py), the run ends
 `incomplete` instead: the units staged so far stay, the runs row and the summary say what was
 lost, and `--resume` runs the rest. So does a run whose Ray did not start or whose results could
 not be written (`incomplete`, with the cause), and one interrupted by Ctrl-C (`interrupted`).
@@ -35,17 +35,17 @@ from harness.judge.verdicts import Rules, tolerance_of
 from harness.policies import PolicyNet, PolicySpec
 from harness.policies.keep_float32 import precision_layers
 from harness.report.summary import print_summary
-from harness.sweep.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
-from harness.sweep.dispatch import SharedRefs, check_row, judge, submit
-from harness.sweep.gather import RunIncomplete, Watch, gather
-from harness.sweep.closed_loop import ClosedLoop
+from harness.sweeps.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
+from harness.sweeps.dispatch import SharedRefs, check_row, judge, submit
+from harness.sweeps.gather import RunIncomplete, Watch, gather
+from harness.sweeps.closed_loop import ClosedLoop
 from harness.config.command_plan import SweepPlan
-from harness.sweep.localize import localize_failures, localize_nonfinite, localize_overflow
+from harness.sweeps.localize import localize_failures, localize_nonfinite, localize_overflow
 from harness.cluster.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.cluster.phases import Phases
 from harness.config.precision_plan import check_plan
 from harness.cluster.place import Placement, cluster_address, place_sweep
-from harness.sweep.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
+from harness.sweeps.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
 from harness.store.schema import CheckRow, EpisodeRow, RunRow
