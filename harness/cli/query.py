@@ -70,8 +70,13 @@ def run(args: argparse.Namespace) -> int:
 
     results = Path(args.results)
     require_results(results)
-    with connect(results) as con:
-        rows = _interruptible(con, lambda: run_sql(con, args.sql), args.timeout)
+    signalled = threading.Event()
+    with contextlib.ExitStack() as stack:
+        # From before the views are made: a signal that comes while DuckDB registers them (a busy
+        # machine takes seconds) would otherwise surface as DuckDB's own "Query interrupted".
+        with _signals_set(signalled):
+            con = stack.enter_context(connect(results))
+            rows = _interruptible(con, lambda: run_sql(con, args.sql), args.timeout, signalled)
         if args.format == "table":
             # All rows up to DuckDB's display cap, never cut to the terminal's width.
             con.from_arrow(rows).show(max_width=1_000_000, max_rows=1_000_000, max_col_width=1_000_000)
@@ -83,15 +88,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _interruptible(con: duckdb.DuckDBPyConnection, query: Callable[[], pa.Table], timeout: float | None) -> pa.Table:
+def _interruptible(
+    con: duckdb.DuckDBPyConnection, query: Callable[[], pa.Table], timeout: float | None, signalled: threading.Event
+) -> pa.Table:
     """`query`'s rows, computed in a thread while this one waits for them, for Ctrl-C or SIGTERM
-    (then KeyboardInterrupt) or for `timeout` (then a UsageError); either interrupts the query.
-    The signals only set a flag meanwhile: raised at any point of this, a KeyboardInterrupt could
-    leave the query running (the thread starting, its join marking it ended: CPython gh-90882)."""
+    (`signalled`, then KeyboardInterrupt) or for `timeout` (then a UsageError); either interrupts
+    the query. The signals only set the flag meanwhile (`_signals_set`): raised at any point of
+    this, a KeyboardInterrupt could leave the query running (the thread starting, its join
+    marking it ended: CPython gh-90882)."""
     from harness.errors import UsageError
 
+    if signalled.is_set():
+        raise KeyboardInterrupt
     outcome: list[pa.Table | BaseException] = []
-    done, signalled = threading.Event(), threading.Event()
+    done = threading.Event()
 
     def work() -> None:
         try:
@@ -102,14 +112,13 @@ def _interruptible(con: duckdb.DuckDBPyConnection, query: Callable[[], pa.Table]
             done.set()
 
     deadline = math.inf if timeout is None else time.monotonic() + timeout
-    with _signals_set(signalled):
-        threading.Thread(target=work, name="harness-query", daemon=True).start()
-        while not done.wait(POLL_S) and not signalled.is_set() and time.monotonic() < deadline:
-            pass
-        stopped = not done.is_set()
-        while not done.is_set():
-            con.interrupt()  # again and again: the query may not have begun at the first
-            done.wait(POLL_S)
+    threading.Thread(target=work, name="harness-query", daemon=True).start()
+    while not done.wait(POLL_S) and not signalled.is_set() and time.monotonic() < deadline:
+        pass
+    stopped = not done.is_set()
+    while not done.is_set():
+        con.interrupt()  # again and again: the query may not have begun at the first
+        done.wait(POLL_S)
     if signalled.is_set():
         raise KeyboardInterrupt
     if stopped:
