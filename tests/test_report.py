@@ -332,6 +332,17 @@ def test_a_policy_or_detail_holding_markup_is_shown_as_text(tmp_path: Path) -> N
         assert policy in shown.text and detail in shown.text, page.name
 
 
+def test_a_folder_the_system_refuses_is_one_line(tmp_path: Path) -> None:
+    """/proc takes no folder: as root `os.access` says it may, and the page's write is where it
+    fails; either way one line and exit 2, never a traceback."""
+    write_rows(tmp_path, "checks", "a", [check_row(True, 0.01)])
+    write_rows(tmp_path, "checks", "b", [check_row(False, 3.0)])
+    for words in (["b"], ["--compare", "a", "b"]):
+        proc = cli("report", *words, "--results", str(tmp_path), "--out", "/proc/harness-pages")
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith("harness: error: --out /proc/harness-pages"), proc.stderr
+
+
 def test_an_installed_harness_has_every_template() -> None:
     """The pages are rendered from files beside the code: each is package data in pyproject.toml."""
     config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.config.fields import finite_number
@@ -73,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             if args.out:
                 from harness.report.diff_page import write_diff_page
 
-                print(f"\nwrote {write_diff_page(con, diff, results, Path(args.out))}")
+                print(f"\nwrote {_page(lambda: write_diff_page(con, diff, results, Path(args.out)), args.out)}")
             return 1 if diff.regressed else 0
 
         from harness.report.run_report import build_report, print_report
@@ -83,7 +84,19 @@ def run(args: argparse.Namespace) -> int:
         if args.out:
             from harness.report.run_page import write_page
 
-            print(f"\nwrote {write_page(con, report, Path(args.out))}")
+            print(f"\nwrote {_page(lambda: write_page(con, report, Path(args.out)), args.out)}")
         if report.next_step():
             print(f"harness: {str(report.verdict).lower()}: {report.next_step()}", file=sys.stderr)
         return report.exit_code
+
+
+def _page(write: Callable[[], Path], out: str) -> Path:
+    """The page `write` made; a folder the checks let through that the system still refuses (as
+    root, `os.access` says yes to /proc) is a one-line error, the report above it printed."""
+    from harness.errors import UsageError
+    from harness.store.paths import unusable
+
+    try:
+        return write()
+    except OSError as exc:
+        raise UsageError(f"--out {out}: the page cannot be written there: {unusable(exc)}") from None
