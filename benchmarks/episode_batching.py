@@ -19,6 +19,7 @@ from harness.devices import SIMULATED
 from harness.config.command_plan import sweep_plan
 from harness.config.options import EpisodeBatching, SweepConfig
 from harness.sweeps.driver import run_sweep
+from harness.sweeps.resolve import resolve
 
 TARGET_SPEEDUP = 5.0
 ADDED_S = {100: 4.0, 1000: 15.0}
@@ -39,7 +40,7 @@ def after_startup(episodes: int, batching: EpisodeBatching) -> tuple[float, bool
     with tempfile.TemporaryDirectory() as results:
         config.results = results
         start = time.perf_counter()
-        outcome = run_sweep(sweep_plan(config))
+        outcome = run_sweep(resolve(sweep_plan(config)))
         total = time.perf_counter() - start
     return total - outcome.phases.startup, outcome.passed
 

@@ -71,13 +71,16 @@ def bare() -> dict[str, float]:
 
 def sweep() -> dict[str, float]:
     """The default sweep's phases (its printed lines kept out of the benchmark's)."""
+    from harness.cluster.phases import Phases
     from harness.config.command_plan import sweep_plan
     from harness.config.options import SweepConfig
     from harness.sweeps.driver import run_sweep
+    from harness.sweeps.resolve import resolve
 
     with tempfile.TemporaryDirectory() as results, contextlib.redirect_stdout(io.StringIO()):
         start = time.perf_counter()
-        outcome = run_sweep(sweep_plan(SweepConfig(results=results, progress=False)))
+        phases = Phases()
+        outcome = run_sweep(resolve(sweep_plan(SweepConfig(results=results, progress=False)), phases), phases=phases)
         total = time.perf_counter() - start
     return {**outcome.phases.seconds, "total": total}
 

@@ -11,9 +11,11 @@ import tempfile
 import time
 
 from benchmarks import Comparison
+from harness.cluster.phases import Phases
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
 from harness.sweeps.driver import run_sweep
+from harness.sweeps.resolve import resolve
 
 TARGET_OVERHEAD = 0.10
 TARGET_TOTAL_S = 60.0
@@ -22,7 +24,8 @@ TARGET_TOTAL_S = 60.0
 def run() -> Comparison:
     with tempfile.TemporaryDirectory() as results:
         start = time.perf_counter()
-        outcome = run_sweep(sweep_plan(SweepConfig(results=results, progress=False)))
+        phases = Phases()
+        outcome = run_sweep(resolve(sweep_plan(SweepConfig(results=results, progress=False)), phases), phases=phases)
         total = time.perf_counter() - start
     t = outcome.phases
     overhead = t["plan"] + t["fanout"] + t["judge"] + t["write"]

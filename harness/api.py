@@ -105,14 +105,16 @@ def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] =
     `given`: the options the caller set, which --resume holds to the run's own."""
     from harness.config.command_plan import sweep_plan
     from harness.cluster.phases import Phases
+    from harness.sweeps.resolve import resolve
 
     plan = sweep_plan(config, given)
     phases = Phases()
+    resolved = resolve(plan, phases)
     with phases("imports"):
         from harness.cluster.lifecycle import EXIT_CODES
         from harness.sweeps.driver import run_sweep
 
-    outcome = run_sweep(plan, command=command, phases=phases)
+    outcome = run_sweep(resolved, command=command, phases=phases)
     code = EXIT_CODES.get(outcome.status, 0 if outcome.passed else 1)
     stopped = (tuple(outcome.resume_args), outcome.reason, outcome.dashboard)
     return _with_junit(config.junit_xml, _result(outcome.run_id, outcome.status, code, plan.common.results, *stopped))
@@ -122,14 +124,16 @@ def run_bench_config(config: BenchConfig, command: str) -> RunResult:
     """The bench of a validated `config`."""
     from harness.config.command_plan import bench_plan
     from harness.cluster.phases import Phases
+    from harness.sweeps.resolve import resolve
 
     plan = bench_plan(config)
     phases = Phases()
+    resolved = resolve(plan, phases)
     with phases("imports"):
         from harness.benches import run_bench
         from harness.store.schema import BENCH
 
-    outcome = run_bench(plan, command=command, phases=phases)
+    outcome = run_bench(resolved, command=command, phases=phases)
     return _with_junit(config.junit_xml, _result(outcome.run_id, BENCH, 0 if outcome.passed else 1, plan.common.results))
 
 

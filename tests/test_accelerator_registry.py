@@ -16,11 +16,11 @@ from harness.devices.base import Accelerator, Detection
 from harness.devices.precision import Switch
 from harness.errors import UsageError
 from harness.policies import PolicySpec, load_policy
-from harness.sweeps.budget import check_cards, expected_cards
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig, validate
 from harness.cluster.place import card_options
 from harness.sweeps.driver import dtype_labels
+from harness.sweeps.resolve import Cards, check_cards, planned_cards
 from harness.workloads import make_batch
 
 
@@ -137,11 +137,12 @@ def test_placement_asks_ray_for_its_resource(toy: devices.Kind) -> None:
     options = card_options(toy, object(), 0, {})  # type: ignore[arg-type]  # a placement group is only passed through
     assert options["num_cpus"] == 0 and options["resources"] == {"TOY": 1}
     assert devices.accelerator(toy).local_ray_resources(2) is None  # a private local Ray counts the node's own cards
-    config = sweep_plan(SweepConfig(accelerator="toy")).common
-    assert expected_cards(toy, config) == 1
-    check_cards(1000, toy, None)  # the per-core bound is for simulated cards only
-    with pytest.raises(UsageError, match="simulated cards on this machine"):
-        check_cards(1000, devices.SIMULATED, None)
+    cards = planned_cards(sweep_plan(SweepConfig(accelerator="toy")), lambda: toy)
+    assert (cards.count, cards.expected) == (None, 1)  # the node's own cards: Ray will say
+    asked = Cards(1000, 1000, "--cards 1000")
+    check_cards(asked, toy, None)  # the per-core bound is for simulated cards only
+    with pytest.raises(UsageError, match="--cards 1000: 1000 simulated cards on this machine"):
+        check_cards(asked, devices.SIMULATED, None)
 
 
 def test_info_shows_it(toy: devices.Kind, capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,6 +19,7 @@ from harness.errors import UsageError
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
 from harness.sweeps.driver import run_sweep
+from harness.sweeps.resolve import resolve
 from tests.conftest import Head, free_port
 from tests.helpers import REPO, assert_usage_error, cli, read_table, start_ray_node
 
@@ -39,7 +40,7 @@ def two_nodes():
 
 
 def test_two_nodes_one_card_each(two_nodes, tmp_path: Path) -> None:
-    outcome = run_sweep(sweep_plan(SweepConfig(**TINY, address=two_nodes.address, cards=2, results=str(tmp_path))))
+    outcome = run_sweep(resolve(sweep_plan(SweepConfig(**TINY, address=two_nodes.address, cards=2, results=str(tmp_path)))))
     assert outcome.passed
     [run] = read_table(tmp_path, "runs").to_pylist()
     cards = json.loads(run["devices"])[:2]
@@ -61,7 +62,7 @@ def test_info_lists_the_cluster_resources(two_nodes) -> None:
 
 def test_too_few_cards_fails_at_once_listing_what_the_cluster_has(two_nodes, tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=r"needs 5 NPU card\(s\) but the cluster has 2; cluster resources: .*on 2 node"):
-        run_sweep(sweep_plan(SweepConfig(**TINY, address=two_nodes.address, cards=5, results=str(tmp_path))))
+        run_sweep(resolve(sweep_plan(SweepConfig(**TINY, address=two_nodes.address, cards=5, results=str(tmp_path)))))
 
 
 def test_unplaceable_cards_fail_within_the_placement_timeout(
@@ -72,9 +73,8 @@ def test_unplaceable_cards_fail_within_the_placement_timeout(
     assert harness.cluster.place.PLACEMENT_TIMEOUT_S == 30.0
     monkeypatch.setattr(harness.cluster.place, "PLACEMENT_TIMEOUT_S", 2.0)
     with pytest.raises(UsageError, match=r"could not place 2 NPU card\(s\) and 1 CPU \(STRICT_PACK\) within 2 s"):
-        run_sweep(
-            sweep_plan(SweepConfig(**TINY, address=two_nodes.address, cards=2, placement="STRICT_PACK", results=str(tmp_path)))
-        )
+        config = SweepConfig(**TINY, address=two_nodes.address, cards=2, placement="STRICT_PACK", results=str(tmp_path))
+        run_sweep(resolve(sweep_plan(config)))
 
 
 def test_no_cluster_at_address_is_exit_2(tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_joining_a_cluster_of_other_versions_names_both_and_the_fix(ray_head: He
 
 def test_a_refused_sweep_leaves_nothing_behind(two_nodes, tmp_path: Path) -> None:
     with pytest.raises(UsageError):
-        run_sweep(sweep_plan(SweepConfig(**TINY, address=two_nodes.address, cards=5, results=str(tmp_path))))
+        run_sweep(resolve(sweep_plan(SweepConfig(**TINY, address=two_nodes.address, cards=5, results=str(tmp_path)))))
     assert not any(tmp_path.iterdir()), list(tmp_path.rglob("*"))
 
 

@@ -1,6 +1,7 @@
 """The driver of `harness bench`, in the order a bench happens:
 
-load policies -> join or start Ray -> place one BenchActor per card -> each registered mode
+the plan resolved (harness/sweeps/resolve.py: checked, policies loaded) -> its batches and
+environments -> join or start Ray -> place one BenchActor per card -> each registered mode
 (harness/benches/registry.py: latency, throughput, closed loop, server) measures, and each
 measurement is judged by its mode's rules into a row -> the audit of the timed path -> publish
 `bench`, `bench_samples`, `checks`, then the `runs` row that says the bench ended -> print the
@@ -25,10 +26,7 @@ from typing import Any
 import pyarrow as pa
 from tqdm import tqdm
 
-from harness.devices import Kind, resolve_accelerator
-from harness.envs.registry import check_env
-from harness.envs.spec import EnvSpec
-from harness.inference.fault_specs import Fault, refuse_absent_cards, refuse_maskless
+from harness.devices import Kind
 from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
 from harness.benches.audit import audit
@@ -37,12 +35,11 @@ from harness.benches.registry import MODES
 from harness.benches.rows import BenchResult, Measurement, sample_table
 from harness.benches.windows import Windows
 from harness.benches.work import Loop, Work
-from harness.sweeps.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
 from harness.cluster.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.config.command_plan import BenchPlan
 from harness.cluster.phases import Phases
-from harness.cluster.place import BenchCard, cluster_address, place_bench
-from harness.sweeps.plan import load_policies
+from harness.cluster.place import BenchCard, place_bench
+from harness.sweeps.resolve import Resolved, complete
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
 from harness.store.schema import BenchRow, CheckRow
@@ -63,23 +60,19 @@ class BenchOutcome:
         return all(c.passed for c in self.checks)
 
 
-def run_bench(plan: BenchPlan, command: str = "", phases: Phases | None = None) -> BenchOutcome:
-    """The bench; its run id is held by this process (harness/store/claim.py) from the plan,
-    before Ray starts, to the end of the run. `phases` may already hold what came before it (the
-    command's imports)."""
+def run_bench(resolved: Resolved[BenchPlan], command: str = "", phases: Phases | None = None) -> BenchOutcome:
+    """The bench of a plan resolved before Ray starts (harness/sweeps/resolve.py); its run id is
+    held by this process (harness/store/claim.py) from here to the end of the run. `phases` may
+    already hold what came before it (the command's imports, the resolving)."""
     with ExitStack() as held:
-        return _bench(plan, command, held, phases or Phases())
+        return _bench(resolved, command, held, phases or Phases())
 
 
-def _bench(plan: BenchPlan, command: str, held: ExitStack, phases: Phases) -> BenchOutcome:
+def _bench(resolved: Resolved[BenchPlan], command: str, held: ExitStack, phases: Phases) -> BenchOutcome:
+    plan, kind, specs, policies = resolved.plan, resolved.kind, resolved.specs, resolved.policies
     started = now()
     results = plan.common.results
     with phases("plan"):
-        kind = resolve_accelerator(plan.common.accelerator)
-        check_cards(plan.common.cards, kind, cluster_address(plan.common.address))
-        specs, policies = load_policies(plan.common)
-        refuse_maskless(plan.common.faults, any(p.info.masked for p in policies.values()), list(policies))
-        check_memory(estimate(plan, policies, expected_cards(kind, plan.common)), plan.common.max_memory_gib)
         writer = RunWriter(held.enter_context(claim_run_id(results, plan.common.run_id, command=command)))
         run_id = writer.run_id
         work = [
@@ -88,23 +81,19 @@ def _bench(plan: BenchPlan, command: str, held: ExitStack, phases: Phases) -> Be
             for dtype in plan.common.dtypes
             for size in plan.common.batch_sizes
         ]
-        envs = {name: env for name, p in policies.items() if (env := EnvSpec.played_by(p.info)) is not None}
-        for name, env in envs.items():
-            check_env(env, policies[name].info)
         loops = [
             Loop(name, env, dtype, size)
-            for name, env in envs.items()
+            for name, env in resolved.envs.items()
             for dtype in plan.common.dtypes
             for size in plan.common.batch_sizes
         ]
         faults = plan.common.faults
         windows = Windows.of(plan)
-    n_placed = plan.common.cards or (max(plan.card_counts) if plan.card_counts else None)
-    refuse_absent_cards(faults, n_placed or planned_cards(kind, plan.common), cards_source(plan.common))
 
-    with bench_cards(
-        plan.common.address, kind, n_placed, specs, policies, plan.common.threads, plan.common.precision, phases, faults
-    ) as cards:
+    with ray_cluster(plan.common.address, kind, resolved.cards.asked, phases) as joined:
+        complete(resolved, joined.n_cards)
+        with phases("actors"):
+            cards = place_bench(kind, joined.n_cards, specs, policies, plan.common.threads, plan.common.precision, faults)
         run_row = new_run_row(
             started_at=started,
             status="running",
@@ -150,15 +139,13 @@ def bench_cards(
     threads: int,
     precision: str = "strict",
     phases: Phases | None = None,
-    faults: Sequence[Fault] = (),
 ) -> Iterator[list[BenchCard]]:
-    """Join or start Ray, place `cards` BenchActors (default: all the cluster has), and shut
-    Ray down afterwards. The benchmarks use this too."""
+    """Join or start Ray, place `cards` BenchActors without faults (default: all the cluster
+    has), and shut Ray down afterwards: the benchmarks' cards, outside any plan."""
     phases = phases or Phases()
     with ray_cluster(address, kind, cards, phases) as joined:
-        refuse_absent_cards(faults, joined.n_cards, "all the cluster has")
         with phases("actors"):
-            placed = place_bench(kind, joined.n_cards, specs, policies, threads, precision, faults)
+            placed = place_bench(kind, joined.n_cards, specs, policies, threads, precision, ())
         yield placed
 
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from harness.devices.precision import Precision
 from harness.errors import UsageError, first_line
-from harness.inference.fault_specs import MODEL_KINDS, Fault, parse_faults, refuse_absent_cards, refuse_absent_dtypes
+from harness.inference.fault_specs import MODEL_KINDS, Fault, parse_faults
 from harness.judge.compare import TOLERANCES, Tolerance
 from harness.judge.golden import RatioLimits
 from harness.judge.returns import Margin
@@ -133,7 +133,8 @@ def sweep_plan(config: SweepConfig, given: Collection[str] = ()) -> SweepPlan:
     (so its units are planned again, identically), where to find the results and the cluster
     coming from this invocation. `given`: the options this invocation set (flags, its config
     file), each refused with --resume where it differs from the run's, but those in
-    RESUME_APPLIES. UsageError for a spec that does not parse or does not fit."""
+    RESUME_APPLIES. UsageError for a spec that does not parse (what does not fit the run is
+    refused where the plan is resolved: harness/sweeps/resolve.py)."""
     if config.resume is None:
         return _sweep_plan(config, None)
     resumed, started_at = resume_config(config, config.resume, given)
@@ -146,9 +147,6 @@ def sweep_plan(config: SweepConfig, given: Collection[str] = ()) -> SweepPlan:
 def _sweep_plan(config: SweepConfig, started_at: str | None) -> SweepPlan:
     faults = parse_faults(config.inject_fault)
     kept = _kept(config)
-    refuse_absent_cards(faults, config.cards, f"--cards {config.cards}")
-    # A precision plan computes its kept layers in float32, whatever the dtype it plans.
-    refuse_absent_dtypes(faults, [*config.dtypes, *(["float32"] if kept else [])])
     return SweepPlan(
         common=common_plan(config, faults),
         episodes=config.episodes,
@@ -190,10 +188,9 @@ def _kept(config: SweepConfig) -> dict[tuple[str, str], tuple[str, ...]]:
 
 
 def bench_plan(config: BenchConfig) -> BenchPlan:
-    """The plan of a validated bench config. UsageError for a fault that does not parse or fit."""
+    """The plan of a validated bench config. UsageError for a fault that does not parse, or that a
+    bench cannot inject."""
     faults = parse_faults(config.inject_fault)
-    refuse_absent_cards(faults, config.cards, f"--cards {config.cards}")
-    refuse_absent_dtypes(faults, config.dtypes)
     for fault in faults:
         if fault.kind not in MODEL_KINDS:
             raise UsageError(

@@ -20,13 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.devices import accelerator
 from harness.envs.registry import entry_point, max_episode_steps
 from harness.errors import UsageError
 from harness.policies import PolicyNet
-from harness.config.command_plan import BenchPlan, CommonPlan, SweepPlan
+from harness.config.command_plan import BenchPlan, SweepPlan
 from harness.config.options import AUTO_EPISODES
-from harness.cluster.place import cluster_address
 from harness.sweeps.plan import planned_batches
 from harness.workloads import noise_shape
 
@@ -44,9 +42,6 @@ ENV_BYTES_BY_ENTRY_POINT = {"gymnasium.envs.box2d": 512 * 1024, "ale_py": 2 * 10
 DEFAULT_HORIZON = 10_000
 # The reference computes a batch three ways (golden, float32, the card's dtype).
 REFERENCE_CALLS = 3
-# A simulated card is a process computing on its own threads; past this many per CPU core the
-# cards only queue for the cores, and a typo like `--cards 1000` would start actor after actor.
-SIMULATED_CARDS_PER_CORE = 4
 
 
 @dataclass(frozen=True)
@@ -64,39 +59,6 @@ class Estimate:
     def describe(self) -> str:
         parts = {"driver": self.driver, "object store": self.object_store, "actors": self.actors}
         return f"{self.total / GIB:.1f} GiB (" + ", ".join(f"{k} {v / GIB:.1f}" for k, v in parts.items()) + ")"
-
-
-def check_cards(cards: int | None, kind: str, address: str | None) -> None:
-    """Simulated cards on a private local Ray are processes of this machine: at most
-    SIMULATED_CARDS_PER_CORE per core. A joined cluster says for itself what it can hold."""
-    cores = os.cpu_count() or 1
-    if accelerator(kind).simulated and address is None and cards is not None and cards > SIMULATED_CARDS_PER_CORE * cores:
-        raise UsageError(
-            f"--cards {cards}: {cards} simulated cards on this machine's {cores} cores is more than "
-            f"{SIMULATED_CARDS_PER_CORE} per core; use at most {SIMULATED_CARDS_PER_CORE * cores}, or --address a cluster"
-        )
-
-
-def planned_cards(kind: str, common: CommonPlan) -> int | None:
-    """The cards a run will get, where that is known before Ray starts: those asked for, or the
-    simulated ones a private local Ray declares; None where a cluster (or the node's own cards) will say."""
-    if common.cards is not None or cluster_address(common.address):
-        return common.cards
-    return accelerator(kind).local_cards
-
-
-def expected_cards(kind: str, common: CommonPlan) -> int:
-    """The cards a run will get as far as can be told before Ray starts, else one."""
-    return planned_cards(kind, common) or 1
-
-
-def cards_source(common: CommonPlan) -> str:
-    """Where a run's card count comes from, as a refusal says it."""
-    if common.cards is not None:
-        return f"--cards {common.cards}"
-    if cluster_address(common.address):
-        return "all the cluster has"
-    return "the private local Ray's simulated cards; --cards N for more"
 
 
 def check_memory(estimate: Estimate, max_memory_gib: float | None) -> None:

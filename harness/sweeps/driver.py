@@ -23,19 +23,15 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-from harness.devices import Kind, resolve_accelerator
 from harness.dtypes import reduced_label
 from harness.errors import InfrastructureError, UsageError
-from harness.inference.fault_specs import Fault, refuse_absent_cards, refuse_maskless
 from harness.inference.forward import head_name
 from harness.inference.runner import Described
 from harness.judge.imports import import_ahead
 from harness.judge.kinds import CheckKind
 from harness.judge.verdicts import Rules, tolerance_of
-from harness.policies import PolicyNet, PolicySpec
-from harness.policies.keep_float32 import precision_layers
+from harness.policies import PolicyNet
 from harness.report.summary import print_summary
-from harness.sweeps.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
 from harness.sweeps.dispatch import SharedRefs, check_row, judge, submit
 from harness.sweeps.gather import RunIncomplete, Watch, gather
 from harness.sweeps.closed_loop import ClosedLoop
@@ -43,9 +39,9 @@ from harness.config.command_plan import SweepPlan
 from harness.sweeps.localize import localize_failures, localize_nonfinite, localize_overflow
 from harness.cluster.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.cluster.phases import Phases
-from harness.config.precision_plan import check_plan
-from harness.cluster.place import Placement, cluster_address, place_sweep
-from harness.sweeps.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
+from harness.cluster.place import Placement, place_sweep
+from harness.sweeps.plan import BatchWork, EpisodeWork, Inputs, Unit, plan_inputs, plan_units
+from harness.sweeps.resolve import Resolved, complete
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
 from harness.store.schema import CheckRow, EpisodeRow, RunRow
@@ -69,26 +65,20 @@ class SweepOutcome:
     """Why a run stopped early, in one line, where no summary says it (Ray, the disk, an interrupt)."""
 
 
-def run_sweep(plan: SweepPlan, command: str = "", phases: Phases | None = None) -> SweepOutcome:
-    """The sweep; its run id is held by this process (harness/store/claim.py) from the plan,
-    before Ray starts, to the end of the run. `phases` may already hold what came before it (the
-    command's imports)."""
+def run_sweep(resolved: Resolved[SweepPlan], command: str = "", phases: Phases | None = None) -> SweepOutcome:
+    """The sweep of a plan resolved before Ray starts (harness/sweeps/resolve.py); its run id is
+    held by this process (harness/store/claim.py) from here to the end of the run. `phases` may
+    already hold what came before it (the command's imports, the resolving)."""
     with ExitStack() as held:
-        return _claimed(plan, command, held, phases or Phases())
+        return _claimed(resolved, command, held, phases or Phases())
 
 
-def _claimed(plan: SweepPlan, command: str, held: ExitStack, phases: Phases) -> SweepOutcome:
+def _claimed(resolved: Resolved[SweepPlan], command: str, held: ExitStack, phases: Phases) -> SweepOutcome:
+    plan, kind, policies = resolved.plan, resolved.kind, resolved.policies
     started = plan.started_at or now()
     results = plan.common.results
     with phases("plan"):
         faults = plan.common.faults
-        kind = resolve_accelerator(plan.common.accelerator)
-        check_cards(plan.common.cards, kind, cluster_address(plan.common.address))
-        refuse_absent_cards(faults, planned_cards(kind, plan.common), cards_source(plan.common))
-        specs, policies = load_policies(plan.common)
-        check_plan(plan.kept, {key: precision_layers(p) for key, p in policies.items()}, plan.common.dtypes)
-        refuse_maskless(faults, any(p.info.masked for p in policies.values()), list(policies))
-        check_memory(estimate(plan, policies, expected_cards(kind, plan.common)), plan.common.max_memory_gib)
         inputs = {key: plan_inputs(plan, policy) for key, policy in policies.items()}
         writer = RunWriter(
             held.enter_context(claim_run_id(results, plan.resume or plan.common.run_id, bool(plan.resume), command))
@@ -105,7 +95,7 @@ def _claimed(plan: SweepPlan, command: str, held: ExitStack, phases: Phases) -> 
             faults=",".join(map(str, faults)),
         )
     try:
-        return _sweep(plan, kind, faults, specs, policies, inputs, writer, run_row, phases)
+        return _sweep(resolved, inputs, writer, run_row, phases)
     except InfrastructureError as exc:
         return _stopped(plan, writer, run_row, phases, INCOMPLETE, str(exc))
     except KeyboardInterrupt:
@@ -113,22 +103,19 @@ def _claimed(plan: SweepPlan, command: str, held: ExitStack, phases: Phases) -> 
 
 
 def _sweep(
-    plan: SweepPlan,
-    kind: Kind,
-    faults: Sequence[Fault],
-    specs: list[PolicySpec],
-    policies: dict[str, PolicyNet],
+    resolved: Resolved[SweepPlan],
     inputs: dict[str, Inputs],
     writer: RunWriter,
     run_row: RunRow,
     phases: Phases,
 ) -> SweepOutcome:
     """From Ray's start to the summary; `run_row` is written once the actors are up."""
+    plan, kind, specs, policies = resolved.plan, resolved.kind, resolved.specs, resolved.policies
+    faults = plan.common.faults
     import_ahead()
-    with ray_cluster(plan.common.address, kind, plan.common.cards, phases) as joined:
+    with ray_cluster(plan.common.address, kind, resolved.cards.asked, phases) as joined:
         n_cards = joined.n_cards
-        check_memory(estimate(plan, policies, n_cards), plan.common.max_memory_gib)
-        refuse_absent_cards(faults, n_cards, cards_source(plan.common))
+        complete(resolved, n_cards)
         with phases("actors"):
             marker_dir = writer.staging / "faults"
             placement = place_sweep(

@@ -15,7 +15,6 @@ import hashlib
 from dataclasses import dataclass, replace
 
 from harness.dtypes import kept_label
-from harness.envs.registry import check_env
 from harness.envs.renames import renamed
 from harness.envs.spec import EnvSpec, is_registered, require_registered
 from harness.errors import UsageError
@@ -189,11 +188,7 @@ class Inputs:
 
 
 def plan_inputs(plan: SweepPlan, policy: PolicyNet) -> Inputs:
-    """The batches and episodes; an environment that does not fit the policy is refused here,
-    before Ray starts."""
-    env = EnvSpec.played_by(policy.info)
-    if plan.episodes and env is not None:
-        check_env(env, policy.info)
+    """The batches and episodes (the environment they play checked by harness/sweeps/resolve.py)."""
     return Inputs(plan_batches(plan, policy), plan_episodes(plan, policy))
 
 
