@@ -1,9 +1,11 @@
 """mkdocs hooks: the pages' generated parts, from the code itself, never copied by hand.
 
 `<!-- harness-help COMMAND -->` becomes that command's `--help` (from `harness.cli.build_parser()`,
-which imports no torch), and `<!-- harness-columns TABLE -->` a table of that Parquet table's
+which imports no torch), `<!-- harness-columns TABLE -->` a table of that Parquet table's
 columns (from `harness.store.schema.SCHEMAS`), each with its type and, where the row's dataclass
-or the result type that fills it says one, its meaning. An unknown name fails the build.
+or the result type that fills it says one, its meaning, and `<!-- harness-faults -->` a table of
+the kinds of fault `--inject-fault` takes (from their records, `harness.inference.fault_specs.FAULTS`).
+An unknown name fails the build.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any, get_args
 
 HELP = re.compile(r"<!-- harness-help ([\w-]+) -->")
 COLUMNS = re.compile(r"<!-- harness-columns (\w+) -->")
+FAULTS = "<!-- harness-faults -->"
 # A field's trailing comment in a dataclass body: `name: type  # what it is`.
 FIELD_COMMENT = re.compile(r"^\s+(\w+): [^#\n]+?#\s*(.+)$", re.M)
 WIDTH = "100"
@@ -24,6 +27,7 @@ WIDTH = "100"
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     markdown = HELP.sub(lambda match: help_text(match.group(1)), markdown)
+    markdown = markdown.replace(FAULTS, faults_table()) if FAULTS in markdown else markdown
     return COLUMNS.sub(lambda match: columns_table(match.group(1)), markdown)
 
 
@@ -101,4 +105,19 @@ def columns_table(table: str) -> str:
     for field in SCHEMAS[table]:
         text = meaning.get(field.name, "").replace("|", "\\|")
         lines.append(f"| `{field.name}` | {field.type} | {text} |")
+    return "\n".join(lines)
+
+
+def faults_table() -> str:
+    """Every kind of fault as a Markdown table: how a spec writes it, what it strikes, the dtype
+    it acts on alone, and what it does."""
+    from harness.inference.fault_specs import kinds
+
+    lines = ["| kind | strikes | acts only on | what it does |", "|---|---|---|---|"]
+    for kind in kinds():
+        only = ", ".join(filter(None, (kind.dtype, "a masked policy" if kind.masked_only else None)))
+        size = "" if kind.size is None else f" (SIZE {kind.size:g} where none is given)"
+        once = " (once per run, across restarts)" if kind.once else ""
+        what = f"{kind.what}{size}".replace("|", "\\|")
+        lines.append(f"| `{kind.spec()}` | {kind.strikes.value}{once} | {only} | {what} |")
     return "\n".join(lines)

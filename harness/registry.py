@@ -8,6 +8,7 @@ nearest name ("did you mean").
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Generic, TypeVar
@@ -84,3 +85,10 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def imported(path: str) -> object:
+    """What a "module:name" path names, its module imported now: an entry registered by its path
+    keeps `--help` and option validation from importing what only a run needs (torch)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)

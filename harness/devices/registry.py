@@ -12,14 +12,13 @@ class.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from harness.devices.kind import Kind
 from harness.errors import UsageError
-from harness.registry import Registry
+from harness.registry import Registry, imported
 
 if TYPE_CHECKING:
     from harness.devices.base import Accelerator
@@ -66,10 +65,9 @@ def accelerator(kind: str) -> Accelerator:
 
     kind = as_kind(kind)
     if kind not in _instances:
-        target = ACCELERATORS.get(kind)
+        target: object = ACCELERATORS.get(kind)
         if isinstance(target, str):
-            module, _, attribute = target.partition(":")
-            target = getattr(importlib.import_module(module), attribute)
+            target = imported(target)
         if not (isinstance(target, type) and issubclass(target, Accelerator)):
             raise TypeError(f"accelerator {kind!r} is registered as {target!r}, not an Accelerator subclass")
         _instances[kind] = target(kind)
