@@ -1,5 +1,5 @@
 """One kind of registry for every table of named things the harness dispatches on: commands,
-policy formats, accelerators, check kinds. Names in registration order (the order help lists
+policy formats, accelerators, check kinds, fault kinds. Names in registration order (the order help lists
 them, and `--accelerator auto` tries them); a name registered twice is refused, never silently
 replaced; a name looked up and not found is a usage mistake that says what is known and the
 nearest name ("did you mean").

@@ -6,8 +6,9 @@ importing torch. Each class is imported by its path only when a run asks for it,
 lm-evaluation-harness registers its backends. Adding an accelerator is one module with one
 `Accelerator` subclass and one line in ACCELERATORS (or `register` from outside the package;
 a name taken already is refused).
-Nothing outside harness/devices/ names a kind: the run, the actors and `harness info` ask the
-class.
+Nothing else in the harness names a kind: the run, the actors and `harness info` ask the class.
+The one script that does runs without the harness: harness/repro/script.py, which a repro folder
+carries to a machine that has torch alone, takes the torch device (cpu, cuda:N, npu:N) by name.
 """
 
 from __future__ import annotations
