@@ -13,7 +13,7 @@ from typing import assert_never
 
 import torch
 
-from harness.inference.fault_specs import FaultKind, FAULTS, Fault, Strikes
+from harness.inference.fault_specs import FAULTS, Fault, FaultKind, Strikes
 from harness.policies.base import PolicyNet, branch_starts
 from harness.policies.matmul_precision import accumulate_float16_in_float16, reduce_float32_matmuls
 from harness.registry import imported
@@ -46,6 +46,8 @@ def how(kind: FaultKind) -> Callable[..., None]:
     return target
 
 
+# How each kind that strikes the policy applies (its record names the function): the fault's
+# own size, layer or seed handed to the change it makes.
 def inject_perturb_weight(policy: PolicyNet, _fault: Fault) -> None:
     perturb_one_weight(policy)
 
