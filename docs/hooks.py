@@ -1,10 +1,12 @@
 """mkdocs hooks: the pages' generated parts, from the code itself, never copied by hand.
 
 `<!-- harness-help COMMAND -->` becomes that command's `--help` (from `harness.cli.build_parser()`,
-which imports no torch), and `<!-- harness-columns TABLE -->` a table of that Parquet table's
+which imports no torch), `<!-- harness-columns TABLE -->` a table of that Parquet table's
 columns (from `harness.store.schema.SCHEMAS`), each with its type and, where the row's dataclass
-or the result type that fills it says one, its meaning. `<!-- harness-layers -->` becomes the
-picture of the layers from the import contracts in `pyproject.toml`, the ones `lint-imports` holds.
+or the result type that fills it says one, its meaning; `<!-- harness-faults -->` a table of the
+kinds of fault `--inject-fault` takes (from their records, `harness.inference.fault_specs.FAULTS`);
+`<!-- harness-layers -->` the picture of the layers from the import contracts in `pyproject.toml`,
+the ones `lint-imports` holds.
 An unknown name fails the build.
 """
 
@@ -22,6 +24,7 @@ HELP = re.compile(r"<!-- harness-help ([\w-]+) -->")
 COLUMNS = re.compile(r"<!-- harness-columns (\w+) -->")
 LAYERS = "<!-- harness-layers -->"
 PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
+FAULTS = "<!-- harness-faults -->"
 # A field's trailing comment in a dataclass body: `name: type  # what it is`.
 FIELD_COMMENT = re.compile(r"^\s+(\w+): [^#\n]+?#\s*(.+)$", re.M)
 WIDTH = "100"
@@ -31,6 +34,7 @@ def on_page_markdown(markdown: str, **_: Any) -> str:
     markdown = HELP.sub(lambda match: help_text(match.group(1)), markdown)
     if LAYERS in markdown:
         markdown = markdown.replace(LAYERS, layers_picture())
+    markdown = markdown.replace(FAULTS, faults_table()) if FAULTS in markdown else markdown
     return COLUMNS.sub(lambda match: columns_table(match.group(1)), markdown)
 
 
@@ -130,3 +134,18 @@ def layers_picture(pyproject: str = PYPROJECT) -> str:
     if not lines:
         raise KeyError("harness-layers: pyproject.toml has no layers contract")
     return "```text\n" + "\n".join(lines) + "\n```\n\n" + "\n".join(forbidden)
+
+
+def faults_table() -> str:
+    """Every kind of fault as a Markdown table: how a spec writes it, what it strikes, the dtype
+    it acts on alone, and what it does."""
+    from harness.inference.fault_specs import kinds
+
+    lines = ["| kind | strikes | acts only on | what it does |", "|---|---|---|---|"]
+    for kind in kinds():
+        only = ", ".join(filter(None, (kind.dtype, "a masked policy" if kind.masked_only else None)))
+        size = "" if kind.size is None else f" (SIZE {kind.size:g} where none is given)"
+        once = " (once per run, across restarts)" if kind.once else ""
+        what = f"{kind.what}{size}".replace("|", "\\|")
+        lines.append(f"| `{kind.spec()}` | {kind.strikes.value}{once} | {only} | {what} |")
+    return "\n".join(lines)

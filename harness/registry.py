@@ -1,5 +1,5 @@
 """One kind of registry for every table of named things the harness dispatches on: commands,
-policy formats, accelerators, check kinds. Names in registration order (the order help lists
+policy formats, accelerators, check kinds, fault kinds. Names in registration order (the order help lists
 them, and `--accelerator auto` tries them); a name registered twice is refused, never silently
 replaced; a name looked up and not found is a usage mistake that says what is known and the
 nearest name ("did you mean").
@@ -8,6 +8,7 @@ nearest name ("did you mean").
 from __future__ import annotations
 
 import difflib
+import importlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Generic, TypeVar
@@ -84,3 +85,10 @@ class Registry(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def imported(path: str) -> object:
+    """What a "module:name" path names, its module imported now: an entry registered by its path
+    keeps `--help` and option validation from importing what only a run needs (torch)."""
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)

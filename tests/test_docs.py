@@ -102,6 +102,15 @@ def test_every_table_has_its_generated_columns() -> None:
             assert f"| `{name}` |" in rendered, (table, name)
 
 
+def test_every_fault_kind_has_its_generated_row() -> None:
+    from harness.inference.fault_specs import FAULTS
+
+    assert "<!-- harness-faults -->" in (REPO / "docs" / "fault-injection.md").read_text()
+    rendered = hooks().on_page_markdown("<!-- harness-faults -->")
+    for kind in FAULTS.values():
+        assert f"| `{kind.spec()}` | {kind.strikes.value}" in rendered, kind.name
+
+
 def test_an_unknown_marker_fails_the_build() -> None:
     module = hooks()
     with pytest.raises(KeyError, match="no command 'swep'"):

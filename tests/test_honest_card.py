@@ -10,7 +10,7 @@ import torch
 from harness.devices import cpu_reference
 from harness.errors import UsageError
 from harness.inference.episodes import run_episodes
-from harness.inference.fault_specs import SIZES, Fault, parse_faults
+from harness.inference.fault_specs import FAULTS, Fault, parse_faults
 from harness.inference.faults import HONEST_SEED, add_ulp_noise, inject, ulp_nudge
 from harness.inference.forward import run_batch
 from harness.judge.golden import RatioLimits, compare_to_golden
@@ -91,7 +91,7 @@ def test_a_bias_moves_the_head_and_a_noisier_sampler_only_the_samples(cartpole: 
 def test_fault_sizes_are_parsed_shown_and_refused_where_they_do_not_belong() -> None:
     assert parse_faults(["all:action-bias=0.2", "card1:noisy-sampler"]) == [
         Fault(None, "action-bias", 0.2),
-        Fault(1, "noisy-sampler", SIZES["noisy-sampler"]),
+        Fault(1, "noisy-sampler", FAULTS.get("noisy-sampler").size),
     ]
     assert [str(f) for f in parse_faults(["all:action-bias=0.2", "card1:noisy-sampler", "all:ulp-noise"])] == [
         "all:action-bias=0.2",

@@ -1,5 +1,5 @@
-"""One `Registry[T]` (harness/registry.py) for commands, policy formats, accelerators and check
-kinds: a name taken twice is refused, a name not found is a usage mistake naming the nearest."""
+"""One `Registry[T]` (harness/registry.py) for commands, policy formats, accelerators, check kinds
+and fault kinds: a name taken twice is refused, a name not found is a usage mistake naming the nearest."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pytest
 from harness import devices
 from harness.cli import COMMANDS, build_parser
 from harness.errors import UsageError
+from harness.inference.fault_specs import FAULTS, register_fault
 from harness.judge.kinds import CheckKind
 from harness.judge.results import KINDS, read_result
 from harness.policies import registry as policies
@@ -58,6 +59,14 @@ def test_a_policy_format_or_accelerator_registered_twice_is_refused() -> None:
         devices.register("cuda", "harness.devices.cuda:Cuda")
     with pytest.raises(UsageError, match=r"unknown policy 'cartpol': did you mean 'cartpole'\?"):
         policies.load_source(policies.PolicySpec("cartpol"))
+
+
+def test_a_fault_kind_registered_twice_is_refused_and_a_misspelt_one_named() -> None:
+    with pytest.raises(ValueError, match="fault kind 'hang' is registered already"):
+        register_fault(FAULTS.get("hang"))
+    assert FAULTS.names()[-2:] == ("hang-once", "hang")
+    with pytest.raises(UsageError, match=r"fault kind 'hnag' is not one of .*; did you mean 'hang'\?"):
+        FAULTS.get("hnag")
 
 
 def test_a_check_kind_is_found_by_name_and_an_unknown_one_named() -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from harness.devices.precision import Precision
 from harness.errors import UsageError, first_line
-from harness.inference.fault_specs import MODEL_KINDS, Fault, parse_faults
+from harness.inference.fault_specs import Fault, Strikes, kinds, parse_faults
 from harness.judge.compare import TOLERANCES, Tolerance
 from harness.judge.golden import RatioLimits
 from harness.judge.returns import Margin
@@ -192,9 +192,10 @@ def bench_plan(config: BenchConfig) -> BenchPlan:
     bench cannot inject."""
     faults = parse_faults(config.inject_fault)
     for fault in faults:
-        if fault.kind not in MODEL_KINDS:
+        if fault.record.strikes is not Strikes.POLICY:
             raise UsageError(
-                f"--inject-fault {fault}: a bench injects only into its timed path: {', '.join(MODEL_KINDS)}, "
+                f"--inject-fault {fault}: a bench injects only into its timed path: "
+                f"{', '.join(k.name for k in kinds(Strikes.POLICY))}, "
                 "e.g. card0:perturb-weight"
             )
     return BenchPlan(

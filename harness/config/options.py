@@ -24,6 +24,7 @@ from harness.devices.registry import AUTO, auto_help, choices
 from harness.devices.precision import PRECISIONS, Precision
 from harness.dtypes import CARD_DTYPES
 from harness.errors import UsageError
+from harness.inference.fault_specs import Strikes, kinds_help
 from harness.config.fields import meta_of, option, redefault, values_from_args
 from harness.store.paths import check_output_file, check_results_folder, check_run_id
 
@@ -257,9 +258,7 @@ class SweepConfig(CommonOptions):
     )
     inject_fault: list[str] = option(
         "--inject-fault",
-        "fault for negative tests, card<N>:KIND or all:KIND; KIND: ulp-noise (an honest card), perturb-weight, "
-        "corrupt-weight, reduced-fp32, fp16-accumulate, action-bias[=SIZE], noisy-sampler[=SIZE], ignore-masks, mkl-avx2, "
-        "crash-once, crash-always, hang-once, hang; repeatable",
+        f"fault for negative tests, card<N>:KIND or all:KIND; KIND: {kinds_help()}; repeatable",
         [],
         "append",
         metavar="SPEC",
@@ -362,9 +361,8 @@ class BenchConfig(CommonOptions):
     )
     inject_fault: list[str] = option(
         "--inject-fault",
-        "fault in the timed path only, card<N>:KIND or all:KIND; KIND: perturb-weight, corrupt-weight, reduced-fp32, "
-        "fp16-accumulate, ulp-noise, action-bias[=SIZE], noisy-sampler[=SIZE], ignore-masks; the audit against the "
-        "sweep's path must then fail; repeatable",
+        f"fault in the timed path only, card<N>:KIND or all:KIND; KIND: {kinds_help(Strikes.POLICY)}; the audit "
+        "against the sweep's path must then fail; repeatable",
         [],
         "append",
         metavar="SPEC",

@@ -6,20 +6,20 @@ importing torch. Each class is imported by its path only when a run asks for it,
 lm-evaluation-harness registers its backends. Adding an accelerator is one module with one
 `Accelerator` subclass and one line in ACCELERATORS (or `register` from outside the package;
 a name taken already is refused).
-Nothing outside harness/devices/ names a kind: the run, the actors and `harness info` ask the
-class.
+Nothing else in the harness names a kind: the run, the actors and `harness info` ask the class.
+The one script that does runs without the harness: harness/repro/script.py, which a repro folder
+carries to a machine that has torch alone, takes the torch device (cpu, cuda:N, npu:N) by name.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from harness.devices.kind import Kind
 from harness.errors import UsageError
-from harness.registry import Registry
+from harness.registry import Registry, imported
 
 if TYPE_CHECKING:
     from harness.devices.base import Accelerator
@@ -66,10 +66,9 @@ def accelerator(kind: str) -> Accelerator:
 
     kind = as_kind(kind)
     if kind not in _instances:
-        target = ACCELERATORS.get(kind)
+        target: object = ACCELERATORS.get(kind)
         if isinstance(target, str):
-            module, _, attribute = target.partition(":")
-            target = getattr(importlib.import_module(module), attribute)
+            target = imported(target)
         if not (isinstance(target, type) and issubclass(target, Accelerator)):
             raise TypeError(f"accelerator {kind!r} is registered as {target!r}, not an Accelerator subclass")
         _instances[kind] = target(kind)

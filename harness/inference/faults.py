@@ -1,20 +1,22 @@
-"""What an injected fault does to a card (the specs and what each kind means:
-harness/inference/fault_specs.py): the model faults put into a card's copy of a policy, and the
-crashes and hangs that strike as a unit starts."""
+"""What an injected fault does to a card (the kinds, what each strikes and means:
+harness/inference/fault_specs.py `FAULTS`): the faults put into a card's copy of a policy, and
+the crashes and hangs that strike as a unit starts. Each kind's record names its function here."""
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import assert_never
 
 import torch
 
-from harness.inference.fault_specs import Fault
+from harness.inference.fault_specs import FAULTS, Fault, FaultKind, Strikes
 from harness.policies.base import PolicyNet, branch_starts
 from harness.policies.matmul_precision import accumulate_float16_in_float16, reduce_float32_matmuls
+from harness.registry import imported
 
 CORRUPTION = 1.01
 _INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
@@ -27,25 +29,55 @@ ULP_NOISE_RATE = 0.25
 
 
 def inject(policy: PolicyNet, faults: list[Fault]) -> PolicyNet:
-    """The card's copy of a policy (already cast to its dtype) with this card's model faults."""
-    kinds = {f.kind: f for f in faults}
-    if "ulp-noise" in kinds:
-        add_ulp_noise(policy, kinds["ulp-noise"].seed)
-    if "action-bias" in kinds:
-        bias_head(policy, kinds["action-bias"].size or 0.0)
-    if "noisy-sampler" in kinds:
-        scale_sampling_noise(policy, 1.0 + (kinds["noisy-sampler"].size or 0.0))
-    if "ignore-masks" in kinds:
-        ignore_masks(policy)
-    if "perturb-weight" in kinds:
-        perturb_one_weight(policy)
-    if "corrupt-weight" in kinds:
-        corrupt_first_layer(policy)
-    if "reduced-fp32" in kinds:
-        reduce_float32_matmuls(policy, layer=kinds["reduced-fp32"].layer)
-    if "fp16-accumulate" in kinds:
-        accumulate_float16_in_float16(policy, layer=kinds["fp16-accumulate"].layer)
+    """The card's copy of a policy (already cast to its dtype) with this card's POLICY faults, in
+    `FAULTS`' order (one fault of each kind: the last given)."""
+    given = {f.kind: f for f in faults}
+    for kind in FAULTS.values():
+        if kind.name in given and kind.strikes is Strikes.POLICY:
+            how(kind)(policy, given[kind.name])
     return policy
+
+
+def how(kind: FaultKind) -> Callable[..., None]:
+    """The function that applies `kind` (imported, where its record names it by path)."""
+    target = imported(kind.how) if isinstance(kind.how, str) else kind.how
+    if not callable(target):
+        raise TypeError(f"fault kind {kind.name!r} applies with {target!r}, which is no function")
+    return target
+
+
+# How each kind that strikes the policy applies (its record names the function): the fault's
+# own size, layer or seed handed to the change it makes.
+def inject_perturb_weight(policy: PolicyNet, _fault: Fault) -> None:
+    perturb_one_weight(policy)
+
+
+def inject_corrupt_weight(policy: PolicyNet, _fault: Fault) -> None:
+    corrupt_first_layer(policy)
+
+
+def inject_reduced_fp32(policy: PolicyNet, fault: Fault) -> None:
+    reduce_float32_matmuls(policy, layer=fault.layer)
+
+
+def inject_fp16_accumulate(policy: PolicyNet, fault: Fault) -> None:
+    accumulate_float16_in_float16(policy, layer=fault.layer)
+
+
+def inject_ulp_noise(policy: PolicyNet, fault: Fault) -> None:
+    add_ulp_noise(policy, fault.seed)
+
+
+def inject_action_bias(policy: PolicyNet, fault: Fault) -> None:
+    bias_head(policy, fault.size or 0.0)
+
+
+def inject_noisy_sampler(policy: PolicyNet, fault: Fault) -> None:
+    scale_sampling_noise(policy, 1.0 + (fault.size or 0.0))
+
+
+def inject_ignore_masks(policy: PolicyNet, _fault: Fault) -> None:
+    ignore_masks(policy)
 
 
 def perturb_one_weight(policy: torch.nn.Module) -> None:
@@ -152,16 +184,25 @@ def corrupt_first_layer(policy: torch.nn.Module) -> None:
 
 
 def strike(faults: list[Fault], marker: Path) -> None:
-    """Fail the way a failing card does, as a unit starts: die (no exception, no cleanup), or stop
-    answering while alive. `marker` names this card's marker files (one per `-once` fault)."""
-    for kind in sorted({f.kind for f in faults}):
-        once = marker.with_name(f"{marker.name}.{kind}")
-        if kind.endswith("-once"):
+    """Fail the way a failing card does, as a unit starts, for each UNIT fault: die (no exception,
+    no cleanup), or stop answering while alive. `marker` names this card's marker files (one per
+    fault that strikes once). In the order of the kinds' names, whatever order the specs came in:
+    a card given crash-always and hang-once dies before it could hang."""
+    for kind in map(FAULTS.get, sorted({f.kind for f in faults if f.record.strikes is Strikes.UNIT})):
+        if kind.once:
+            once = marker.with_name(f"{marker.name}.{kind.name}")
             if once.exists():
                 continue
             once.parent.mkdir(parents=True, exist_ok=True)
             once.touch()
-        if kind.startswith("crash-"):
-            os._exit(17)
-        if kind.startswith("hang"):
-            threading.Event().wait()
+        how(kind)()
+
+
+def crash() -> None:
+    """The card's process dies, as a failing card's does: no exception, no cleanup."""
+    os._exit(17)
+
+
+def hang() -> None:
+    """The card stops answering, alive."""
+    threading.Event().wait()

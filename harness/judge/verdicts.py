@@ -6,6 +6,8 @@ Is the port right? Always gating.
   cross_card      every card against card 0, bit for bit (outputs, and episode trajectories)
   cpu_reference   every card against the float64 golden, relative to the CPU's own error in the
                   card's dtype (harness/judge/golden.py), on every floating output
+  masked_actions  a masked policy's actions (on batches and in episodes) against the masks they
+                  were chosen under: none forbidden, on any card
 Is this dtype good enough for this policy? Gating by default.
   decisions       discrete actions (deterministic and sampled) against the golden's; a flip
                   passes only as a near-tie: when the golden's margin is within what the dtype
@@ -25,6 +27,8 @@ And:
                   published with, as episode_return judges: the port, the loader and the
                   harness's replay of the environment together; gating only when required
   error           a card that produced nothing
+  first_nonfinite  a finding, never gating: the first layer where a card's NaN or inf appeared
+                  (the golden finite there), found after the unit is judged, by localisation
   bench_audit     a bench's timed path against the sweep's run_batch on the same card and input,
                   bit for bit: what the bench timed computes what the sweep validated
 """
