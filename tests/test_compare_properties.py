@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ from harness.judge.compare import (
     compare_tolerance,
     ulp_distance,
 )
-from harness.judge.numerics import ULP_NAN
+from harness.judge.numerics import ULP_NAN, Measures, _measure, measure
 
 FLOATS = [np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)]
 SETTINGS = settings(max_examples=100, deadline=None)
@@ -190,3 +192,18 @@ def test_integer_distance_is_the_absolute_difference(dtype, data):
     b = np.array(data.draw(st.lists(values, min_size=n, max_size=n)), dtype=dtype)
     expected = [min(abs(int(x) - int(y)), ULP_NAN) for x, y in zip(a, b, strict=True)]
     assert ulp_distance(a, b).tolist() == expected
+
+
+@SETTINGS
+@given(bit_arrays(n_arrays=1), st.booleans())
+def test_equal_arrays_measure_as_the_full_computation_does(arrays, flip_zero_signs):
+    """`measure` skips the arithmetic for equal finite values: what it returns instead must be,
+    bit for bit, what the arithmetic gives (NaN, inf and signed zeros included)."""
+    (a,) = arrays
+    x = a.astype(np.float64)
+    y = np.where(x == 0, -x, x) if flip_zero_signs else x.copy()
+
+    def bits(m: Measures) -> list[bytes]:
+        return [np.float64(v).tobytes() for v in astuple(m)]
+
+    assert bits(measure(x, y)) == bits(_measure(x, y))

@@ -67,6 +67,9 @@ def ulp_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         wide = np.uint64 if a.dtype.kind == "u" else np.int64
         return _saturating_abs_diff(a.astype(wide), b.astype(wide))
     ua, ub = a.view(bits), b.view(bits)
+    if np.array_equal(ua, ub):
+        # Identical bits are 0 apart, NaNs among them: cards that agree, the common case, skip the line.
+        return np.zeros(a.shape, np.int64)
     sign = bits.type(1) << bits.type(8 * bits.itemsize - 1)
     inf_bits = np.array(np.inf, dtype=a.dtype).view(bits)
     mag_a, mag_b = ua & ~sign, ub & ~sign
@@ -108,7 +111,20 @@ def as_float64(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float64)
 
 
+EQUAL: Final[Measures] = Measures(max_abs=0.0, mean_abs=0.0, max_rel=0.0, cosine=1.0)
+"""What `measure` gives two arrays of equal finite values: no error, and a cosine of exactly 1
+(each side scaled by the same largest magnitude, and sqrt(fl(d * d)) == d)."""
+
+
 def measure(actual: np.ndarray, reference: np.ndarray) -> Measures:
+    if np.array_equal(actual, reference) and np.isfinite(actual).all():
+        # Cards that agree, the common case, skip the cosine's dot products: on a loaded host each
+        # waits for BLAS threads to wake, and they made most of a sweep's judging time.
+        return EQUAL
+    return _measure(actual, reference)
+
+
+def _measure(actual: np.ndarray, reference: np.ndarray) -> Measures:
     with np.errstate(invalid="ignore", over="ignore"):
         # Equal values have no error even when they are infinite (inf - inf would be NaN).
         error = np.where(actual == reference, 0.0, np.abs(actual - reference))
