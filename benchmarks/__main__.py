@@ -13,6 +13,7 @@ BENCHMARKS = (
     "closed_loop_rule",
     "episode_batching",
     "closed_loop_vs_sb3",
+    "closed_loop_env",
     "ray_vs_in_process",
     "card_scaling",
     "timer_overhead",
