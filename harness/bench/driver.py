@@ -29,6 +29,7 @@ from harness.devices import Kind, resolve_accelerator
 from harness.envs.registry import check_env
 from harness.envs.spec import EnvSpec
 from harness.inference.fault_specs import Fault, refuse_absent_cards, refuse_maskless
+from harness.judge.outcome import Gating, RunStatus, Verdict, run_verdict
 from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
 from harness.bench.audit import audit
@@ -58,9 +59,14 @@ class BenchOutcome:
     bench_path: Path
 
     @property
-    def passed(self) -> bool:
+    def verdict(self) -> Verdict:
         """The audit gates the bench: a timed path that computes other bits fails it."""
-        return all(c.passed for c in self.checks)
+        gating = Gating.count((c.gating, c.passed) for c in self.checks)
+        return run_verdict(RunStatus.BENCH, gating, len(self.rows), ending=True)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.BENCH
 
 
 def run_bench(plan: BenchPlan, command: str = "", phases: Phases | None = None) -> BenchOutcome:
@@ -107,7 +113,7 @@ def _bench(plan: BenchPlan, command: str, held: ExitStack, phases: Phases) -> Be
     ) as cards:
         run_row = new_run_row(
             started_at=started,
-            status="running",
+            status=RunStatus.RUNNING,
             accelerator=kind,
             n_cards=len(cards),
             devices=[c.described.record() for c in cards],
@@ -134,10 +140,11 @@ def _bench(plan: BenchPlan, command: str, held: ExitStack, phases: Phases) -> Be
             "card_steps": steps,
             "audit": {"checks": len(checks), "failed": sum(not c.passed for c in checks)},
         }
-        writer.publish(bench_tables(measured, checks), finish_run_row(run_row, "bench", summary, phases))
-    print_bench_summary(rows, checks, run_id, sys.stdout)
+        writer.publish(bench_tables(measured, checks), finish_run_row(run_row, RunStatus.BENCH, summary, phases))
+    outcome = BenchOutcome(run_id, rows, checks, table_dir(results, "bench", run_id) / "part-0.parquet")
+    print_bench_summary(rows, checks, run_id, outcome.verdict, sys.stdout)
     said_at_the_end(run_id, plan.common.results, phases)
-    return BenchOutcome(run_id, rows, checks, table_dir(results, "bench", run_id) / "part-0.parquet")
+    return outcome
 
 
 @contextmanager

@@ -13,6 +13,7 @@ import ray
 import torch
 
 from harness import __version__
+from harness.judge.outcome import RunStatus
 from harness.policies import PolicyNet
 from harness.store.schema import RunRow
 
@@ -56,7 +57,7 @@ def _git(where: Path, *args: str) -> str | None:
 def new_run_row(
     *,
     started_at: str,
-    status: str,
+    status: RunStatus,
     accelerator: str,
     n_cards: int,
     devices: list[dict[str, object]],

@@ -14,10 +14,6 @@ import pyarrow as pa
 from harness.judge.results import COLUMNS, Result, columns_of
 
 TABLES = ("runs", "checks", "episodes", "bench", "bench_samples")
-# A run's `runs.status` once all its tables are in place: the writer publishes them before the
-# row that says so, and the views show the other tables' rows of such runs only.
-PASSED, FAILED, BENCH = "passed", "failed", "bench"
-PUBLISHED = (PASSED, FAILED, BENCH)
 
 
 @dataclass
@@ -134,7 +130,7 @@ class BenchSampleRow:
 class RunRow:
     started_at: str
     finished_at: str | None
-    status: str  # running, then passed, failed or bench (PUBLISHED), or incomplete or interrupted (resumable)
+    status: str  # a RunStatus (harness/judge/outcome.py)
     accelerator: str
     n_cards: int
     devices: str  # JSON list of device descriptors
