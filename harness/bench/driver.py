@@ -46,7 +46,7 @@ from harness.cluster.place import BenchCard, cluster_address, place_bench
 from harness.sweep.plan import load_policies
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
-from harness.store.schema import BenchRow, CheckRow
+from harness.store.schema import BenchAudit, BenchRow, CheckRow, RunSummary
 from harness.store.writer import RunWriter, columns_table, to_table
 from harness.workloads import make_batch
 
@@ -134,12 +134,12 @@ def _bench(plan: BenchPlan, command: str, held: ExitStack, phases: Phases) -> Be
 
     rows = [r.row for r in measured]
     with phases("write"):
-        summary = {
-            "bench_rows": len(rows),
-            "invalid_rows": sum(not r.valid for r in rows),
-            "card_steps": steps,
-            "audit": {"checks": len(checks), "failed": sum(not c.passed for c in checks)},
-        }
+        summary = RunSummary(
+            bench_rows=len(rows),
+            invalid_rows=sum(not r.valid for r in rows),
+            card_steps=steps,
+            audit=BenchAudit(len(checks), sum(not c.passed for c in checks)),
+        )
         writer.publish(bench_tables(measured, checks), finish_run_row(run_row, RunStatus.BENCH, summary, phases))
     outcome = BenchOutcome(run_id, rows, checks, table_dir(results, "bench", run_id) / "part-0.parquet")
     print_bench_summary(rows, checks, run_id, outcome.verdict, sys.stdout)

@@ -4,11 +4,10 @@ phases, write the `runs` row that says which code, versions, devices and bytes p
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import ray
@@ -20,7 +19,7 @@ from harness.cluster.place import card_count, cluster_address, connect, describe
 from harness.cluster.signals import sigterm_interrupts
 from harness.cluster.provenance import now
 from harness.store.claim import Claim
-from harness.store.schema import RunRow
+from harness.store.schema import RunRow, RunSummary
 from harness.store.writer import new_run_id
 
 
@@ -64,10 +63,10 @@ def ray_cluster(address: str | None, kind: Kind, cards: int | None, phases: Phas
             ray.shutdown()
 
 
-def finish_run_row(row: RunRow, status: RunStatus, summary: dict[str, object], phases: Phases) -> RunRow:
+def finish_run_row(row: RunRow, status: RunStatus, summary: RunSummary, phases: Phases) -> RunRow:
     """The run's `runs` row at its end: status, finish time, and a summary with the phase timings."""
     row.finished_at, row.status = now(), status
-    row.summary = json.dumps(summary | {"timings_s": phases.as_json()})
+    row.summary = replace(summary, timings_s=phases.as_json())
     return row
 
 

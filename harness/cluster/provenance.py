@@ -65,7 +65,6 @@ def new_run_row(
     policies: dict[str, PolicyNet],
     command: str,
     faults: str = "",
-    summary: str = "",
 ) -> RunRow:
     """A `runs` row with everything that says which code, versions and bytes produced the run."""
     return RunRow(
@@ -84,7 +83,6 @@ def new_run_row(
         hostname=platform.node(),
         policies=describe_policies(policies),
         command=command,
-        summary=summary,
     )
 
 

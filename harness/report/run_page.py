@@ -423,12 +423,12 @@ def _run_notes(report: Report) -> list[str]:
     summary = report.record.summary
     notes = [
         f"no episodes for {p}: it names no environment ({flag} gives it episodes)"
-        for p, flag in (summary.get("without_episodes") or {}).items()
+        for p, flag in (summary.without_episodes or {}).items()
     ]
-    notes += [f"renamed environment for {p}: {r}" for p, r in (summary.get("env_renames") or {}).items()]
-    notes += [str(e) for e in summary.get("events") or []]
-    notes += [f"LOST {line}" for line in summary.get("lost") or []]
-    notes += [f"dead card: {c}" for c in summary.get("dead_cards") or []]
+    notes += [f"renamed environment for {p}: {r}" for p, r in (summary.env_renames or {}).items()]
+    notes += list(summary.events or [])
+    notes += [f"LOST {line}" for line in summary.lost or []]
+    notes += [f"dead card: {c}" for c in summary.dead_cards or []]
     return notes
 
 

@@ -24,6 +24,7 @@ from harness.judge.outcome import NO_RUN_ROW, Gating, RunStatus, Verdict, is_ben
 from harness.judge.verdicts import HONEST
 from harness.report.names import PolicyNames
 from harness.report.summary import batch_invariance_lines, gating_of, summarize, undecided
+from harness.store.schema import RunSummary
 
 # The policy's head, the output the reference ports report precision on.
 HEAD_OUTPUTS = ("logits", "q_values", "mu")
@@ -53,7 +54,7 @@ class RunRecord:
     config: dict[str, Any] = field(default_factory=dict)
     devices: list[dict[str, Any]] = field(default_factory=list)
     policies: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=RunSummary)
 
     @property
     def faults(self) -> str:
@@ -89,7 +90,7 @@ def record_of(run: dict[str, Any]) -> RunRecord:
         config=_json(run["config_json"], {}),
         devices=_json(run["devices"], []),
         policies=_json(run["policies"], []),
-        summary=_json(run["summary"], {}),
+        summary=RunSummary.read(run),
     )
 
 
@@ -160,8 +161,7 @@ class Report:
 
     @property
     def units_planned(self) -> int | None:
-        units = self.record.summary.get("units")
-        return int(units) if isinstance(units, int) else None
+        return self.record.summary.units
 
     @property
     def resumable(self) -> bool:

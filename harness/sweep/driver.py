@@ -49,7 +49,7 @@ from harness.cluster.place import Placement, cluster_address, place_sweep
 from harness.sweep.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
-from harness.store.schema import CheckRow, EpisodeRow, RunRow
+from harness.store.schema import CheckRow, EpisodeRow, RunRow, RunSummary
 from harness.store.writer import RunWriter
 
 
@@ -153,7 +153,7 @@ def _sweep(
         writer.begin(run_row)
         watch = Watch(placement, plan.hang_timeout, phases["actors"])
         n_units, n_resumed = len(units), len(units) - len(todo)
-        summary: dict[str, object] = {"units": n_units, "resumed_units": n_resumed}
+        summary = RunSummary(units=n_units, resumed_units=n_resumed)
         dropped = Lost()
         try:
             _fan_out_and_judge(plan, placement, watch, policies, todo, writer, phases, closed, dropped)
@@ -162,17 +162,18 @@ def _sweep(
                 _add_staged(closed, writer, [u for u in rounds if u.unit_id in done])
                 more = [u for u in rounds if u.unit_id not in done]
                 n_units, n_resumed = n_units + len(rounds), n_resumed + len(rounds) - len(more)
-                summary |= {"units": n_units, "resumed_units": n_resumed}
+                summary.units, summary.resumed_units = n_units, n_resumed
                 _fan_out_and_judge(plan, placement, watch, policies, more, writer, phases, closed, dropped)
             with phases("judge"):
                 _stage_verdicts(closed, writer, done)
-            summary |= {"dead_cards": sorted(dropped.dead), "resent_units": dropped.resent, "closed_loop": closed.describe()}
+            summary.dead_cards, summary.resent_units = sorted(dropped.dead), dropped.resent
+            summary.closed_loop = closed.describe()
             asked = watch.follow(watch.reference, [placement.reference.actor.compute_seconds()], "its compute times")
             [reference_s] = watch.get(asked)
             replacements = watch.replacements()
         except RunIncomplete as exc:
             lost = [str(loss) for loss in exc.losses]
-            summary |= {"done_units": len(writer.done_units()), "events": watch.events, "lost": lost}
+            summary.done_units, summary.events, summary.lost = len(writer.done_units()), watch.events, lost
             writer.end(finish_run_row(run_row, RunStatus.INCOMPLETE, summary, phases))
             notes = [*watch.events, *(f"LOST {line}" for line in lost)]
             return _incomplete(plan, writer, phases, notes, n_units, joined.dashboard)
@@ -185,14 +186,9 @@ def _sweep(
         unplayed = without_episodes(plan, policies)
         renames = env_renames(policies)
         played = env_notes(plan, policies)
-        summary |= {
-            "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
-            "without_episodes": unplayed,
-            "env_renames": renames,
-            "env_notes": played,
-            "replaced": watch.replaced(),
-            "events": watch.events,
-        }
+        summary.reference_s = {dtype: round(s, 3) for dtype, s in reference_s.items()}
+        summary.without_episodes, summary.env_renames, summary.env_notes = unplayed, renames, played
+        summary.replaced, summary.events = watch.replaced(), watch.events
         run_row.devices = json.dumps([*devices, *replacements])
         writer.publish({"checks": checks, "episodes": episodes}, finish_run_row(run_row, status, summary, phases))
     notes = [*played, *watch.events, *([closed.describe()] if closed.auto else [])]
@@ -224,7 +220,7 @@ def _stopped(
     be written, or it was interrupted. Its row says so, and the outcome carries the options that
     finish it, where there is a run to finish; where even the row cannot be written, the reason
     says that too."""
-    summary: dict[str, object] = {"done_units": len(writer.done_units()), "stopped": reason or status}
+    summary = RunSummary(done_units=len(writer.done_units()), stopped=reason or status)
     try:
         writer.end(finish_run_row(run_row, status, summary, phases))
     except InfrastructureError as exc:
