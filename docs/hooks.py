@@ -81,6 +81,7 @@ def meanings() -> dict[str, dict[str, str]]:
         "bench_samples": schema.BenchSampleRow,
     }
     found = {table: field_comments(row) for table, row in rows.items()}
+    found["runs"] |= field_comments(schema.RunSummary)
     # A column several result types hold takes the meaning of the first that declares it, or none.
     declared: set[str] = set(found["checks"])
     for result_type in get_args(results.Result):

@@ -31,9 +31,9 @@ class RunResult:
 
     run_id: str
     status: str
-    """passed, failed, bench (a bench that ran), incomplete or interrupted (resumable)."""
+    """A RunStatus: passed, failed, bench (a bench that ran), incomplete or interrupted (resumable)."""
     exit_code: int
-    """What the command exits with: 0 passed, 1 failed, 3 incomplete, 130 interrupted."""
+    """What the command exits with (harness/judge/outcome.py): 0 passed, 1 failed, 3 incomplete, 130 interrupted."""
     results: Path
     resume_args: tuple[str, ...] = ()
     """Where the run stopped early and can be finished: the options that finish it."""
@@ -75,11 +75,13 @@ class RunResult:
 
     def failures(self) -> list[str]:
         """Each failed gating check in one line: what a test of the user's own asserts on."""
+        from harness.judge.outcome import fails_the_run
+
         rows = self.checks().to_pylist()
         return [
             f"{r['policy']} {r['dtype']} {r['kind']} {r['device_a']}: {r['detail']}"
             for r in rows
-            if r["gating"] and not r["passed"]
+            if fails_the_run(r["gating"], r["passed"])
         ]
 
 
@@ -111,11 +113,10 @@ def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] =
     phases = Phases()
     resolved = resolve(plan, phases)
     with phases("imports"):
-        from harness.cluster.lifecycle import EXIT_CODES
         from harness.sweeps.driver import run_sweep
 
     outcome = run_sweep(resolved, command=command, phases=phases)
-    code = EXIT_CODES.get(outcome.status, 0 if outcome.passed else 1)
+    code = outcome.verdict.exit_code
     stopped = (tuple(outcome.resume_args), outcome.reason, outcome.dashboard)
     return _with_junit(config.junit_xml, _result(outcome.run_id, outcome.status, code, plan.common.results, *stopped))
 
@@ -131,10 +132,11 @@ def run_bench_config(config: BenchConfig, command: str) -> RunResult:
     resolved = resolve(plan, phases)
     with phases("imports"):
         from harness.benches import run_bench
-        from harness.store.schema import BENCH
+        from harness.judge.outcome import RunStatus
 
     outcome = run_bench(resolved, command=command, phases=phases)
-    return _with_junit(config.junit_xml, _result(outcome.run_id, BENCH, 0 if outcome.passed else 1, plan.common.results))
+    code = outcome.verdict.exit_code
+    return _with_junit(config.junit_xml, _result(outcome.run_id, RunStatus.BENCH, code, plan.common.results))
 
 
 def _result(

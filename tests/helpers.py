@@ -85,7 +85,6 @@ def run_row(status: str, config: dict[str, object] | None = None) -> RunRow:
         hostname="",
         policies="[]",
         command="",
-        summary="",
     )
 
 

@@ -32,7 +32,7 @@ def test_import_harness_stays_light() -> None:
 
 
 def test_no_package_of_the_harness_shadows_the_api() -> None:
-    """A subpackage named `harness/sweep/` would replace the function `harness.sweep` the moment
+    """A subpackage named `harness/sweeps/` would replace the function `harness.sweep` the moment
     anything imported it (Python sets a package's attribute to each submodule it imports)."""
     script = textwrap.dedent(
         """

@@ -31,12 +31,12 @@ HOLDER = """
 import json, sys
 from pathlib import Path
 from harness.store.claim import Claim
-from harness.store.schema import RunRow
+from harness.store.schema import RunRow, RunSummary
 from harness.store.writer import RunWriter
 results, run_id, row = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 with Claim.take(results, run_id, False, "2026-12-01T00:00:00+00:00", "holder") as claim:
     if row:
-        RunWriter(claim).begin(RunRow(**json.loads(row)))
+        RunWriter(claim).begin(RunRow(**json.loads(row) | {"summary": RunSummary()}))
     print("held", flush=True)
     sys.stdin.read()
 """

@@ -13,6 +13,7 @@ import pytest
 
 from harness.inference.fault_specs import Fault, parse_faults
 from harness.inference.faults import strike
+from harness.judge.outcome import Verdict
 from harness.report.summary import print_summary
 from harness.sweeps.gather import Watch, shares_of
 from harness.sweeps.pace import HANG_MULTIPLE, RESTART_MARGIN, Pace, restart_bound_s
@@ -95,7 +96,7 @@ def test_hang_faults_are_named_and_hang_once_strikes_once_across_restarts(tmp_pa
 def test_an_incomplete_run_says_what_it_kept_and_what_it_lost() -> None:
     out = io.StringIO()
     lost = "LOST card1 (sim-cpu1): hung again after its restart (no progress for 3.1 s, allowed 3 s); it was running cartpole"
-    print_summary(SCHEMAS["checks"].empty_table(), "r1", "incomplete", out, notes=[lost], units_done=(4, 9))
+    print_summary(SCHEMAS["checks"].empty_table(), "r1", Verdict.INCOMPLETE, out, notes=[lost], units_done=(4, 9))
     *_, note, verdict = out.getvalue().splitlines()
     assert note == f"  {lost}"
     assert verdict == "run r1: INCOMPLETE (4 of 9 units done and kept; 0 checks, 0 gating, 0 failed)"

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from harness.report.names import PolicyNames
+from harness.judge.outcome import Verdict
 from harness.report.summary import print_summary
 from harness.store.schema import CheckRow
 from harness.store.writer import to_table, write_rows
@@ -51,7 +52,7 @@ def two_agents_of_one_env() -> list[CheckRow]:
 
 def test_the_summary_names_two_agents_of_one_environment_apart() -> None:
     out = io.StringIO()
-    print_summary(to_table("checks", two_agents_of_one_env()), "r", "passed", out)
+    print_summary(to_table("checks", two_agents_of_one_env()), "r", Verdict.PASSED, out)
     rows = [line.split()[0] for line in out.getvalue().splitlines()[2:4]]
     assert rows == ["ppo/Pendulum-v1_1", "sac/Pendulum-v1_1"], out.getvalue()
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from harness.judge.compare import ToleranceComparison
-from harness.report.outcome import EXIT_CODES, Verdict, run_verdict
+from harness.judge.outcome import EXIT_CODES, Gating, Verdict, run_verdict
 from harness.report.run_page import first_mismatch
 from harness.store.schema import CheckRow
 from harness.store.writer import write_rows
@@ -131,14 +131,15 @@ def test_run_verdicts_and_exit_codes() -> None:
         (("unknown", 0, 0, 0), Verdict.NO_CHECKS),
         (("passed", 0, 0, 0), Verdict.NO_CHECKS),
     ]
-    for args, verdict in cases:
-        assert run_verdict(*args) == verdict, args
+    for (status, gating, failed, bench), verdict in cases:
+        assert run_verdict(status, Gating(gating, failed), bench) == verdict, (status, gating, failed, bench)
     assert {v: EXIT_CODES[v] for v in Verdict} == {
         Verdict.PASSED: 0,
         Verdict.BENCH: 0,
         Verdict.FAILED: 1,
         Verdict.NO_CHECKS: 1,
         Verdict.INCOMPLETE: 3,
+        Verdict.INTERRUPTED: 130,  # only the command whose run a signal stopped says it
     }
 
 

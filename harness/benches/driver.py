@@ -27,6 +27,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from harness.devices import Kind
+from harness.judge.outcome import Gating, RunStatus, Verdict, run_verdict
 from harness.policies import PolicyNet, PolicySpec
 from harness.report.summary import print_bench_summary
 from harness.benches.audit import audit
@@ -42,7 +43,7 @@ from harness.cluster.place import BenchCard, place_bench
 from harness.sweeps.resolve import Resolved, complete
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
-from harness.store.schema import BenchRow, CheckRow
+from harness.store.schema import BenchAudit, BenchRow, CheckRow, RunSummary
 from harness.store.writer import RunWriter, columns_table, to_table
 from harness.workloads import make_batch
 
@@ -55,9 +56,14 @@ class BenchOutcome:
     bench_path: Path
 
     @property
-    def passed(self) -> bool:
+    def verdict(self) -> Verdict:
         """The audit gates the bench: a timed path that computes other bits fails it."""
-        return all(c.passed for c in self.checks)
+        gating = Gating.count((c.gating, c.passed) for c in self.checks)
+        return run_verdict(RunStatus.BENCH, gating, len(self.rows), ending=True)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.BENCH
 
 
 def run_bench(resolved: Resolved[BenchPlan], command: str = "", phases: Phases | None = None) -> BenchOutcome:
@@ -96,7 +102,7 @@ def _bench(resolved: Resolved[BenchPlan], command: str, held: ExitStack, phases:
             cards = place_bench(kind, joined.n_cards, specs, policies, plan.common.threads, plan.common.precision, faults)
         run_row = new_run_row(
             started_at=started,
-            status="running",
+            status=RunStatus.RUNNING,
             accelerator=kind,
             n_cards=len(cards),
             devices=[c.described.record() for c in cards],
@@ -117,16 +123,17 @@ def _bench(resolved: Resolved[BenchPlan], command: str, held: ExitStack, phases:
 
     rows = [r.row for r in measured]
     with phases("write"):
-        summary = {
-            "bench_rows": len(rows),
-            "invalid_rows": sum(not r.valid for r in rows),
-            "card_steps": steps,
-            "audit": {"checks": len(checks), "failed": sum(not c.passed for c in checks)},
-        }
-        writer.publish(bench_tables(measured, checks), finish_run_row(run_row, "bench", summary, phases))
-    print_bench_summary(rows, checks, run_id, sys.stdout)
+        summary = RunSummary(
+            bench_rows=len(rows),
+            invalid_rows=sum(not r.valid for r in rows),
+            card_steps=steps,
+            audit=BenchAudit(len(checks), sum(not c.passed for c in checks)),
+        )
+        writer.publish(bench_tables(measured, checks), finish_run_row(run_row, RunStatus.BENCH, summary, phases))
+    outcome = BenchOutcome(run_id, rows, checks, table_dir(results, "bench", run_id) / "part-0.parquet")
+    print_bench_summary(rows, checks, run_id, outcome.verdict, sys.stdout)
     said_at_the_end(run_id, plan.common.results, phases)
-    return BenchOutcome(run_id, rows, checks, table_dir(results, "bench", run_id) / "part-0.parquet")
+    return outcome
 
 
 @contextmanager

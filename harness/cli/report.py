@@ -1,6 +1,6 @@
 """`harness report [RUN_ID] [--out DIR]` and `harness report --compare RUN_A RUN_B [--out DIR]`.
 
-The exit code follows the run reported (harness/report/outcome.py): 0 passed (or a bench whose
+The exit code follows the run reported (harness/judge/outcome.py): 0 passed (or a bench whose
 audit passed), 1 a gating check failed (or nothing was proved), 3 the run has not finished (the
 command that finishes it on stderr); with --compare 1 when B regressed against A; 2 for bad input
 such as an unknown run id.

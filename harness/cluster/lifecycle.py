@@ -1,33 +1,26 @@
 """What every run does around its own work, the same for a sweep and a bench: claim a run id
 (refused before Ray starts; held until the run ends), join or start Ray and shut it down, saying so as it happens, time its
-phases, write the `runs` row that says which code, versions, devices and bytes produced it, and
-the statuses a run that stops early ends with."""
+phases, write the `runs` row that says which code, versions, devices and bytes produced it."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import ray
 
 from harness.devices import Kind, accelerator
+from harness.judge.outcome import RunStatus
 from harness.cluster.phases import Phases
 from harness.cluster.place import card_count, cluster_address, connect, describe_cluster
 from harness.cluster.signals import sigterm_interrupts
 from harness.cluster.provenance import now
 from harness.store.claim import Claim
-from harness.store.schema import RunRow
+from harness.store.schema import RunRow, RunSummary
 from harness.store.writer import new_run_id
-
-# How a run that stopped early ends: `runs.status` and the exit code. Both keep what was done,
-# and `harness sweep --resume RUN_ID` runs the rest.
-INCOMPLETE = "incomplete"  # the cluster lost a card or node, Ray did not start, or the results disk failed: exit 3
-INTERRUPTED = "interrupted"  # Ctrl-C (SIGINT) or SIGTERM: exit 130, as a shell reports a process ended by SIGINT
-EXIT_CODES = {INCOMPLETE: 3, INTERRUPTED: 130}
 
 
 def claim_run_id(results: Path, run_id: str | None, resume: bool = False, command: str = "") -> Claim:
@@ -70,10 +63,10 @@ def ray_cluster(address: str | None, kind: Kind, cards: int | None, phases: Phas
             ray.shutdown()
 
 
-def finish_run_row(row: RunRow, status: str, summary: dict[str, object], phases: Phases) -> RunRow:
+def finish_run_row(row: RunRow, status: RunStatus, summary: RunSummary, phases: Phases) -> RunRow:
     """The run's `runs` row at its end: status, finish time, and a summary with the phase timings."""
     row.finished_at, row.status = now(), status
-    row.summary = json.dumps(summary | {"timings_s": phases.as_json()})
+    row.summary = replace(summary, timings_s=phases.as_json())
     return row
 
 

@@ -13,6 +13,7 @@ import ray
 import torch
 
 from harness import __version__
+from harness.judge.outcome import RunStatus
 from harness.policies import PolicyNet
 from harness.store.schema import RunRow
 
@@ -56,7 +57,7 @@ def _git(where: Path, *args: str) -> str | None:
 def new_run_row(
     *,
     started_at: str,
-    status: str,
+    status: RunStatus,
     accelerator: str,
     n_cards: int,
     devices: list[dict[str, object]],
@@ -64,7 +65,6 @@ def new_run_row(
     policies: dict[str, PolicyNet],
     command: str,
     faults: str = "",
-    summary: str = "",
 ) -> RunRow:
     """A `runs` row with everything that says which code, versions and bytes produced the run."""
     return RunRow(
@@ -83,7 +83,6 @@ def new_run_row(
         hostname=platform.node(),
         policies=describe_policies(policies),
         command=command,
-        summary=summary,
     )
 
 

@@ -23,6 +23,7 @@ from harness.devices import resolve_accelerator
 from harness.dtypes import kept_label
 from harness.errors import RunUnfinished, UsageError
 from harness.judge.kinds import CheckKind
+from harness.judge.outcome import Gating, fails_the_run, unfinished
 from harness.policies import PolicyNet, PolicySpec
 from harness.policies.keep_float32 import precision_layers
 from harness.sweeps.gather import Watch
@@ -34,7 +35,6 @@ from harness.cluster.place import Placement, place_sweep
 from harness.sweeps.plan import Inputs, load_policies, plan_inputs, plan_units
 from harness.config.precision_plan import KeptLayers, Plan, Step, write_plan
 from harness.sweeps.driver import judge_units
-from harness.report.outcome import unfinished
 from harness.report.run_report import next_step, record_of
 from harness.store.paths import inside, table_dir
 from harness.store.writer import read_run
@@ -60,7 +60,7 @@ def failing(rows: list[dict[str, object]]) -> list[Failing]:
     found: dict[tuple[str, str], Failing] = {}
     for row in rows:
         policy, dtype, kind = str(row["policy"]), str(row["dtype"]), str(row["kind"])
-        if row["gating"] and not row["passed"] and kind in MENDED and dtype in NARROW:
+        if fails_the_run(bool(row["gating"]), bool(row["passed"])) and kind in MENDED and dtype in NARROW:
             found.setdefault((policy, dtype), Failing(policy, dtype, str(row["device_a"])))
     return list(found.values())
 
@@ -188,7 +188,7 @@ def _search(
         start = time.perf_counter()
         units = plan_units(step, only, inputs, {failed.dtype: label})
         checks = judge_units(step, placement, watch, only, units, phases)
-        passed = all(r.passed for r in checks if r.gating)
+        passed = Gating.count((r.gating, r.passed) for r in checks).passed
         steps.append(Step(kept, passed, round(time.perf_counter() - start, 3), len(units)))
         print(
             f"  step {len(steps)}: {label}: {'PASS' if passed else 'FAIL'} ({len(units)} units, {steps[-1].seconds:.1f} s)",

@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from harness.judge.kinds import CheckKind
+from harness.judge.outcome import PUBLISHED
 from harness.judge.results import measured_over_limit
 from harness.judge.returns import Outcome
 from harness.report.names import PolicyNames
-from harness.store.schema import PUBLISHED
 
 # The measures a failure message shows where the row has them, each beside the limit it was held to.
 MEASURES = (

@@ -24,6 +24,7 @@ import pyarrow as pa
 from harness.dtypes import LABEL_ORDER
 from harness.judge.kinds import CheckKind
 from harness.judge.localize import named_layer
+from harness.judge.outcome import fails_the_run
 from harness.judge.results import measured_over_limit
 from harness.report import plots
 from harness.report.page import Cell, Content, PageSection, as_text, Table, document, plot, policy_cell, verdict_class
@@ -103,7 +104,7 @@ def _header(report: Report) -> dict[str, Any]:
     failed = [
         r
         for r in report.checks.select(["device_a", "kind", "gating", "passed"]).to_pylist()
-        if r["gating"] and not r["passed"]
+        if fails_the_run(r["gating"], r["passed"])
     ]
     failed_on = None
     if failed:
@@ -393,7 +394,7 @@ def _order(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _failures_section(report: Report, judged: list[dict[str, Any]]) -> PageSection | None:
-    failed = _order([r for r in judged if r["gating"] and not r["passed"]])
+    failed = _order([r for r in judged if fails_the_run(r["gating"], r["passed"])])
     if not failed:
         return None
     lede = (
@@ -422,12 +423,12 @@ def _run_notes(report: Report) -> list[str]:
     summary = report.record.summary
     notes = [
         f"no episodes for {p}: it names no environment ({flag} gives it episodes)"
-        for p, flag in (summary.get("without_episodes") or {}).items()
+        for p, flag in (summary.without_episodes or {}).items()
     ]
-    notes += [f"renamed environment for {p}: {r}" for p, r in (summary.get("env_renames") or {}).items()]
-    notes += [str(e) for e in summary.get("events") or []]
-    notes += [f"LOST {line}" for line in summary.get("lost") or []]
-    notes += [f"dead card: {c}" for c in summary.get("dead_cards") or []]
+    notes += [f"renamed environment for {p}: {r}" for p, r in (summary.env_renames or {}).items()]
+    notes += list(summary.events or [])
+    notes += [f"LOST {line}" for line in summary.lost or []]
+    notes += [f"dead card: {c}" for c in summary.dead_cards or []]
     return notes
 
 

@@ -3,7 +3,7 @@ from the same `Report`.
 
 Everything is read through the DuckDB views of `harness.store.views`, a run that has not finished
 with the units it has done so far (its staging). Numbers are formatted in SQL so the terminal and
-the page show the same text. The verdict and the exit code follow the run (outcome.py).
+the page show the same text. The verdict and the exit code follow the run (harness/judge/outcome.py).
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import pyarrow as pa
 
 from harness.dtypes import LABEL_ORDER
 from harness.judge.kinds import CheckKind
-from harness.report.outcome import BENCH_STATUS, EXIT_CODES, NO_RUN_ROW, Verdict, run_verdict, unfinished
+from harness.judge.outcome import NO_RUN_ROW, Gating, RunStatus, Verdict, is_bench, run_verdict, unfinished
 from harness.judge.verdicts import HONEST
 from harness.report.names import PolicyNames
-from harness.report.summary import batch_invariance_lines, summarize, undecided
+from harness.report.summary import batch_invariance_lines, gating_of, summarize, undecided
+from harness.store.schema import RunSummary
 
 # The policy's head, the output the reference ports report precision on.
 HEAD_OUTPUTS = ("logits", "q_values", "mu")
@@ -53,7 +54,7 @@ class RunRecord:
     config: dict[str, Any] = field(default_factory=dict)
     devices: list[dict[str, Any]] = field(default_factory=list)
     policies: list[dict[str, Any]] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    summary: RunSummary = field(default_factory=RunSummary)
 
     @property
     def faults(self) -> str:
@@ -89,7 +90,7 @@ def record_of(run: dict[str, Any]) -> RunRecord:
         config=_json(run["config_json"], {}),
         devices=_json(run["devices"], []),
         policies=_json(run["policies"], []),
-        summary=_json(run["summary"], {}),
+        summary=RunSummary.read(run),
     )
 
 
@@ -110,14 +111,17 @@ class Report:
     def n_checks(self) -> int:
         return self.checks.num_rows
 
+    @functools.cached_property
+    def gating(self) -> Gating:
+        return gating_of(self.checks)
+
     @property
     def n_gating(self) -> int:
-        return sum(self.checks.column("gating").to_pylist()) if self.n_checks else 0
+        return self.gating.checks
 
     @property
     def n_failed(self) -> int:
-        rows = self.checks.select(["gating", "passed"]).to_pylist()
-        return sum(1 for r in rows if r["gating"] and not r["passed"])
+        return self.gating.failed
 
     @property
     def n_inconclusive(self) -> int:
@@ -133,7 +137,7 @@ class Report:
 
     @property
     def is_bench(self) -> bool:
-        return self.status == BENCH_STATUS or (self.status == NO_RUN_ROW and bool(self.bench))
+        return is_bench(self.status, len(self.bench))
 
     @property
     def n_valid(self) -> int:
@@ -141,11 +145,11 @@ class Report:
 
     @property
     def verdict(self) -> Verdict:
-        return run_verdict(self.status, self.n_gating, self.n_failed, len(self.bench))
+        return run_verdict(self.status, self.gating, len(self.bench))
 
     @property
     def exit_code(self) -> int:
-        return EXIT_CODES[self.verdict]
+        return self.verdict.exit_code
 
     @property
     def unfinished(self) -> bool:
@@ -157,8 +161,7 @@ class Report:
 
     @property
     def units_planned(self) -> int | None:
-        units = self.record.summary.get("units")
-        return int(units) if isinstance(units, int) else None
+        return self.record.summary.units
 
     @property
     def resumable(self) -> bool:
@@ -232,7 +235,11 @@ def next_step(run_id: str, results: Path, record: RunRecord) -> str:
     cannot be; every command that meets such a run (report, diagnose, repro) says this."""
     if not unfinished(record.status):
         return ""
-    running = "it is still running, or it stopped before it could record how it ended; " if record.status == "running" else ""
+    running = (
+        "it is still running, or it stopped before it could record how it ended; "
+        if record.status == RunStatus.RUNNING
+        else ""
+    )
     if resumable(run_id, results, record):
         return f"{running}finish it with: {resume_command(run_id, results, record)}"
     return f"{running}its staged units are gone from {results / '.staging'}: run it again"

@@ -12,9 +12,11 @@ import pyarrow.compute as pc
 
 from harness.dtypes import LABEL_ORDER
 from harness.judge.bench_stats import QUICK_LOOK, round_trip_dominates
+from harness.judge.compare import Comparison
 from harness.judge.kinds import CheckKind
-from harness.judge.results import measured_over_limit
-from harness.judge.returns import Outcome
+from harness.judge.outcome import Gating, Verdict, fails_the_run
+from harness.judge.results import read_result
+from harness.judge.returns import Outcome, ReturnComparison
 from harness.report.names import PolicyNames
 from harness.store.schema import BenchRow, CheckRow
 
@@ -40,17 +42,19 @@ class Group:
     first_failure: str = ""
 
     def add(self, row: dict[str, Any]) -> None:
+        """One stored row, read back as its result: the result's own rule says how near its limit it came."""
+        result = read_result(row)
         self.checks += 1
         self.gating = self.gating or row["gating"]
-        score = measured_over_limit(row)
+        score = None if result is None else result.over_limit()
         if score is not None and (self.worst is None or not score <= self.worst):
             self.worst = score
-        if row.get("max_ulp") is not None:
-            self.max_ulp = max(self.max_ulp, row["max_ulp"])
+        if isinstance(result, Comparison):
+            self.max_ulp = max(self.max_ulp, result.max_ulp)
         if not row["passed"]:
-            if row.get("outcome") == Outcome.INCONCLUSIVE and not row["gating"]:
+            if isinstance(result, ReturnComparison) and result.outcome == Outcome.INCONCLUSIVE and not row["gating"]:
                 self.inconclusive += 1
-            elif row["gating"]:
+            elif fails_the_run(row["gating"], row["passed"]):
                 self.failed += 1
             else:
                 self.findings += 1
@@ -102,10 +106,17 @@ def names_of(checks: pa.Table) -> PolicyNames:
     return PolicyNames.of(checks.column("policy").to_pylist() if checks.num_rows else [])
 
 
+def gating_of(checks: pa.Table) -> Gating:
+    """The gating checks of `checks`, counted."""
+    if not checks.num_rows:
+        return Gating()
+    return Gating.count(zip(checks.column("gating").to_pylist(), checks.column("passed").to_pylist(), strict=True))
+
+
 def print_summary(
     checks: pa.Table,
     run_id: str,
-    status: str,
+    verdict: Verdict,
     out: TextIO,
     without_episodes: dict[str, str] | None = None,
     env_renames: dict[str, str] | None = None,
@@ -141,17 +152,16 @@ def print_summary(
         print(f"  no episodes for {policy}: it names no environment ({flag} gives it episodes)", file=out)
     for policy, rename in (env_renames or {}).items():
         print(f"  renamed environment for {policy}: {rename}", file=out)
-    gating = checks.filter(checks.column("gating")) if checks.num_rows else checks
-    n_failed = int(pc.sum(pc.invert(gating.column("passed"))).as_py() or 0) if gating.num_rows else 0
+    gating = gating_of(checks)
     for note in notes or []:
         print(f"  {note}", file=out)
-    counts = f"{checks.num_rows} checks, {gating.num_rows} gating, {n_failed} failed"
+    counts = f"{checks.num_rows} checks, {gating.checks} gating, {gating.failed} failed"
     n_inconclusive = len(undecided(checks))
     if n_inconclusive:
         counts += f", {n_inconclusive} inconclusive"
     if units_done:
         counts = f"{units_done[0]} of {units_done[1]} units done and kept; {counts}"
-    print(f"run {run_id}: {status.upper()} ({counts})", file=out)
+    print(f"run {run_id}: {verdict} ({counts})", file=out)
 
 
 def undecided(checks: pa.Table) -> list[dict[str, Any]]:
@@ -191,19 +201,21 @@ def inconclusive_lines(checks: pa.Table) -> list[str]:
 def batch_invariance_lines(checks: pa.Table) -> list[str]:
     """Batch invariance as a property of each card: does a row computed alone equal the same row
     inside a large batch, bit for bit?"""
-    rows = [r for r in checks.to_pylist() if r["kind"] == CheckKind.BATCH_INVARIANCE]
+    rows = [
+        (r, result)
+        for r in checks.to_pylist()
+        if r["kind"] == CheckKind.BATCH_INVARIANCE and isinstance(result := read_result(r), Comparison)
+    ]
     names = names_of(checks)
     lines = []
-    for device in dict.fromkeys(r["device_a"] for r in rows):
-        differ = [r for r in rows if r["device_a"] == device and not r["bitwise_equal"]]
+    for device in dict.fromkeys(r["device_a"] for r, _ in rows):
+        mine = [(r, result) for r, result in rows if r["device_a"] == device]
+        differ = [(r, result) for r, result in mine if not result.passed]
         if not differ:
-            lines.append(
-                f"batch invariance: {device} gives the same bits alone and inside a batch "
-                f"({sum(r['device_a'] == device for r in rows)} checks)"
-            )
+            lines.append(f"batch invariance: {device} gives the same bits alone and inside a batch ({len(mine)} checks)")
             continue
-        where = sorted({(names(r["policy"]), r["dtype"]) for r in differ})
-        worst = max(r["max_ulp"] for r in differ)
+        where = sorted({(names(r["policy"]), r["dtype"]) for r, _ in differ})
+        worst = max(result.max_ulp for _, result in differ)
         shown = ", ".join(f"{p} {d}" for p, d in where[:4]) + (", ..." if len(where) > 4 else "")
         lines.append(
             f"batch invariance: {device} gives other bits for rows alone than inside a batch ({shown}; max {worst} ulp)"
@@ -211,7 +223,7 @@ def batch_invariance_lines(checks: pa.Table) -> list[str]:
     return lines
 
 
-def print_bench_summary(rows: list[BenchRow], checks: list[CheckRow], run_id: str, out: TextIO) -> None:
+def print_bench_summary(rows: list[BenchRow], checks: list[CheckRow], run_id: str, verdict: Verdict, out: TextIO) -> None:
     """One line per row: its figures, the 95% interval of its headline figure (`ci_of`) and of
     its scaling efficiency, and whether it is valid; figures of an invalid row are in
     parentheses, never shown as a result. Then why rows are invalid, where the Ray round trip
@@ -239,8 +251,8 @@ def print_bench_summary(rows: list[BenchRow], checks: list[CheckRow], run_id: st
         print(f"  {line}", file=out)
     print(f"  {audit_line(checks, names)}", file=out)
     n_valid = sum(r.valid for r in rows)
-    verdict = "passed" if all(c.passed for c in checks) else "FAILED"
-    print(f"run {run_id}: {len(rows)} bench rows ({n_valid} valid); audit {verdict}", file=out)
+    audit = "FAILED" if verdict is Verdict.FAILED else "passed"
+    print(f"run {run_id}: {len(rows)} bench rows ({n_valid} valid); audit {audit}", file=out)
 
 
 def _interval(r: BenchRow) -> str:

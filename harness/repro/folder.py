@@ -30,6 +30,7 @@ from harness.dtypes import MANTISSA_BITS, base_dtype, precision_of
 from harness.errors import InfrastructureError, UsageError, first_line
 from harness.inference.torchscript import output_names
 from harness.judge.kinds import CheckKind
+from harness.judge.outcome import fails_the_run
 from harness.diagnose.search import rerun_actors, rerun_plan, stored_config
 from harness.sweeps.dispatch import Role, judge, submit
 from harness.sweeps.gather import gather
@@ -65,7 +66,7 @@ class Wanted:
 def pick(rows: list[dict[str, Any]], wanted: Wanted) -> dict[str, Any]:
     """The first failing gating check of a batch that matches `wanted`; a UsageError naming the
     failing checks there are where none does."""
-    failing = [r for r in rows if r["gating"] and not r["passed"]]
+    failing = [r for r in rows if fails_the_run(r["gating"], r["passed"])]
     batch = [r for r in failing if r["kind"] in REPRODUCIBLE and r["device_a"]]
     found = [r for r in batch if wanted.matches(r)]
     if found:

@@ -6,7 +6,9 @@ reads them. Nothing here knows how a row was computed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import pyarrow as pa
@@ -14,10 +16,6 @@ import pyarrow as pa
 from harness.judge.results import COLUMNS, Result, columns_of
 
 TABLES = ("runs", "checks", "episodes", "bench", "bench_samples")
-# A run's `runs.status` once all its tables are in place: the writer publishes them before the
-# row that says so, and the views show the other tables' rows of such runs only.
-PASSED, FAILED, BENCH = "passed", "failed", "bench"
-PUBLISHED = (PASSED, FAILED, BENCH)
 
 
 @dataclass
@@ -130,11 +128,74 @@ class BenchSampleRow:
     offered_qps: float | None = None  # server: the trial's arrival rate
 
 
+@dataclass(frozen=True)
+class BenchAudit:
+    """A bench's audit of its timed path: outputs sampled, and how many differed from the sweep's."""
+
+    checks: int
+    failed: int
+
+
+@dataclass
+class RunSummary:
+    """What a run says of itself as it ends: `runs` columns of their own, after `summary`, which
+    holds the same values as JSON (the keys the run set) for the queries written against it.
+    None is what the run did not say: a bench has no units, a sweep that finished stopped nowhere."""
+
+    units: int | None = None  # units planned (with --episodes auto, every round's)
+    resumed_units: int | None = None  # units a resumed run found done and did not run again
+    done_units: int | None = None  # a run that stopped short: the units done and kept for --resume
+    dead_cards: list[str] | None = None  # cards that produced nothing for a unit
+    resent_units: int | None = None  # units sent again, their results having come from two nodes
+    closed_loop: str | None = None  # what --episodes auto played and why it stopped ("" without it)
+    reference_s: dict[str, float] | None = None  # the CPU reference's seconds per dtype
+    without_episodes: dict[str, str] | None = None  # policies without an environment, and the flag that gives them one
+    env_renames: dict[str, str] | None = None  # each policy whose environment gymnasium renamed: the rename
+    env_notes: list[str] | None = None  # policies that played another environment than --env, and why
+    replaced: dict[str, list[str]] | None = None  # each actor Ray moved to another node: its label now -> before
+    events: list[str] | None = None  # what Ray recovered from: a card hung and restarted, an actor moved
+    lost: list[str] | None = None  # what a run that ended incomplete lost
+    stopped: str | None = None  # why a run stopped where no summary could be printed (Ray, the disk, a signal)
+    bench_rows: int | None = None  # a bench's rows
+    invalid_rows: int | None = None  # a bench's rows that are no result
+    card_steps: list[int] | None = None  # the card counts a bench's throughput ran on
+    audit: BenchAudit | None = None  # a bench's audit of its timed path
+    timings_s: dict[str, float] | None = None  # seconds per phase: imports, plan, ray, actors, ..., shutdown
+
+    def as_json(self) -> str:
+        """The `summary` column: what the run said, by name."""
+        return json.dumps({name: value for name, value in asdict(self).items() if value is not None})
+
+    @classmethod
+    def read(cls, row: Mapping[str, Any]) -> RunSummary:
+        """A stored `runs` row's summary: from its columns, or from its JSON where a harness that
+        wrote no columns made the row; empty where it has neither."""
+        names = [f.name for f in fields(cls)]
+        stored: Mapping[str, Any] = row
+        if all(row.get(name) is None for name in names):
+            try:
+                stored = json.loads(row.get("summary") or "{}")
+            except ValueError:
+                stored = {}
+        return cls(**{f.name: _plain(str(f.type), stored.get(f.name)) for f in fields(cls)})
+
+
+def _plain(annotation: str, value: Any) -> Any:
+    """A summary value as read back (a Parquet map is a list of pairs, a struct a dict) as its field's type."""
+    if value is None:
+        return None
+    if annotation.startswith("dict[") and not isinstance(value, dict):
+        return dict(value)
+    if annotation.startswith("BenchAudit"):
+        return BenchAudit(**value)
+    return value
+
+
 @dataclass
 class RunRow:
     started_at: str
     finished_at: str | None
-    status: str  # running, then passed, failed or bench (PUBLISHED), or incomplete or interrupted (resumable)
+    status: str  # a RunStatus (harness/judge/outcome.py)
     accelerator: str
     n_cards: int
     devices: str  # JSON list of device descriptors
@@ -147,16 +208,40 @@ class RunRow:
     hostname: str
     policies: str  # JSON: name, source, sha256, synthetic, detail
     command: str
-    summary: str
+    summary: RunSummary = field(default_factory=RunSummary)  # JSON, and each of its values as a column
+
+    def record(self) -> dict[str, Any]:
+        """The row as the table's columns by name: the run, `summary` as JSON, then its columns."""
+        run = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "summary"}
+        return {**run, "summary": self.summary.as_json(), **asdict(self.summary)}
+
+
+_ARROW_TYPES = {
+    "str": pa.string(),
+    "int": pa.int64(),
+    "float": pa.float64(),
+    "bool": pa.bool_(),
+    "list[str]": pa.list_(pa.string()),
+    "list[int]": pa.list_(pa.int64()),
+    "dict[str, str]": pa.map_(pa.string(), pa.string()),
+    "dict[str, float]": pa.map_(pa.string(), pa.float64()),
+    "dict[str, list[str]]": pa.map_(pa.string(), pa.list_(pa.string())),
+    "BenchAudit": pa.struct([pa.field(f.name, pa.int64()) for f in fields(BenchAudit)]),
+}
 
 
 def _arrow_type(annotation: str) -> pa.DataType:
-    base = annotation.replace(" | None", "")
-    return {"str": pa.string(), "int": pa.int64(), "float": pa.float64(), "bool": pa.bool_()}[base]
+    return _ARROW_TYPES[annotation.replace(" | None", "")]
 
 
 def schema_of(row_type: type) -> pa.Schema:
     return pa.schema([pa.field(f.name, _arrow_type(str(f.type))) for f in fields(row_type)])
+
+
+def _runs_schema() -> pa.Schema:
+    """The run's columns, `summary` (JSON) last among them as it always was, then the summary's own."""
+    run = [pa.field(f.name, _arrow_type(str(f.type))) for f in fields(RunRow) if f.name != "summary"]
+    return pa.schema([*run, pa.field("summary", pa.string()), *schema_of(RunSummary)])
 
 
 def _checks_schema() -> pa.Schema:
@@ -166,7 +251,7 @@ def _checks_schema() -> pa.Schema:
 
 
 SCHEMAS = {
-    "runs": schema_of(RunRow),
+    "runs": _runs_schema(),
     "checks": _checks_schema(),
     "episodes": schema_of(EpisodeRow),
     "bench": schema_of(BenchRow),

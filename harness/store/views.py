@@ -27,7 +27,8 @@ import pyarrow.dataset as ds
 
 from harness.errors import UsageError, first_line
 from harness.store.paths import RUN_ID, STAGING, unusable
-from harness.store.schema import PUBLISHED, SCHEMAS, TABLES
+from harness.judge.outcome import PUBLISHED
+from harness.store.schema import SCHEMAS, TABLES
 from harness.store.writer import read_staged
 
 if TYPE_CHECKING:

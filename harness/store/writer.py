@@ -46,8 +46,10 @@ def new_run_id() -> str:
 
 
 def to_table(table: str, rows: list[Any]) -> pa.Table:
-    # A check row fills its result's columns; Arrow leaves the others null.
-    return pa.Table.from_pylist([r.record() if isinstance(r, CheckRow) else asdict(r) for r in rows], schema=SCHEMAS[table])
+    # A check row fills its result's columns (Arrow leaves the others null); a runs row its summary's.
+    return pa.Table.from_pylist(
+        [r.record() if isinstance(r, CheckRow | RunRow) else asdict(r) for r in rows], schema=SCHEMAS[table]
+    )
 
 
 def columns_table(table: str, columns: dict[str, Any]) -> pa.Table:

@@ -29,30 +29,32 @@ from harness.inference.forward import head_name
 from harness.inference.runner import Described
 from harness.judge.imports import import_ahead
 from harness.judge.kinds import CheckKind
+from harness.judge.outcome import Gating, RunStatus, Verdict, finished_status, run_verdict
 from harness.judge.verdicts import Rules, tolerance_of
 from harness.policies import PolicyNet
-from harness.report.summary import print_summary
+from harness.report.summary import gating_of, print_summary
 from harness.sweeps.dispatch import SharedRefs, check_row, judge, submit
 from harness.sweeps.gather import RunIncomplete, Watch, gather
 from harness.sweeps.closed_loop import ClosedLoop
 from harness.config.command_plan import SweepPlan
 from harness.sweeps.localize import localize_failures, localize_nonfinite, localize_overflow
-from harness.cluster.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
+from harness.cluster.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.cluster.phases import Phases
 from harness.cluster.place import Placement, place_sweep
 from harness.sweeps.plan import BatchWork, EpisodeWork, Inputs, Unit, plan_inputs, plan_units
 from harness.sweeps.resolve import Resolved, complete
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
-from harness.store.schema import CheckRow, EpisodeRow, RunRow
+from harness.store.schema import CheckRow, EpisodeRow, RunRow, RunSummary
 from harness.store.writer import RunWriter
 
 
 @dataclass
 class SweepOutcome:
     run_id: str
-    passed: bool
-    status: str  # passed, failed, incomplete (a loss, Ray, the results disk: resumable), interrupted (resumable)
+    verdict: Verdict
+    """As the command ends with it (harness/judge/outcome.py): its exit code is the command's."""
+    status: RunStatus  # passed, failed, incomplete (a loss, Ray, the results disk: resumable), interrupted (resumable)
     checks_path: Path
     phases: Phases
     reference_s: dict[str, float]
@@ -63,6 +65,10 @@ class SweepOutcome:
     """The cluster's dashboard (host:port) where it has one: where a job's resume is submitted."""
     reason: str = ""
     """Why a run stopped early, in one line, where no summary says it (Ray, the disk, an interrupt)."""
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.PASSED
 
 
 def run_sweep(resolved: Resolved[SweepPlan], command: str = "", phases: Phases | None = None) -> SweepOutcome:
@@ -85,7 +91,7 @@ def _claimed(resolved: Resolved[SweepPlan], command: str, held: ExitStack, phase
         )
         run_row = new_run_row(
             started_at=started,
-            status="running",
+            status=RunStatus.RUNNING,
             accelerator=kind,
             n_cards=0,  # and no devices: both known once the actors are up
             devices=[],
@@ -97,9 +103,9 @@ def _claimed(resolved: Resolved[SweepPlan], command: str, held: ExitStack, phase
     try:
         return _sweep(resolved, inputs, writer, run_row, phases)
     except InfrastructureError as exc:
-        return _stopped(plan, writer, run_row, phases, INCOMPLETE, str(exc))
+        return _stopped(plan, writer, run_row, phases, RunStatus.INCOMPLETE, str(exc))
     except KeyboardInterrupt:
-        return _stopped(plan, writer, run_row, phases, INTERRUPTED, "")
+        return _stopped(plan, writer, run_row, phases, RunStatus.INTERRUPTED, "")
 
 
 def _sweep(
@@ -134,7 +140,7 @@ def _sweep(
         writer.begin(run_row)
         watch = Watch(placement, plan.hang_timeout, phases["actors"])
         n_units, n_resumed = len(units), len(units) - len(todo)
-        summary: dict[str, object] = {"units": n_units, "resumed_units": n_resumed}
+        summary = RunSummary(units=n_units, resumed_units=n_resumed)
         dropped = Lost()
         try:
             _fan_out_and_judge(plan, placement, watch, policies, todo, writer, phases, closed, dropped)
@@ -143,43 +149,41 @@ def _sweep(
                 _add_staged(closed, writer, [u for u in rounds if u.unit_id in done])
                 more = [u for u in rounds if u.unit_id not in done]
                 n_units, n_resumed = n_units + len(rounds), n_resumed + len(rounds) - len(more)
-                summary |= {"units": n_units, "resumed_units": n_resumed}
+                summary.units, summary.resumed_units = n_units, n_resumed
                 _fan_out_and_judge(plan, placement, watch, policies, more, writer, phases, closed, dropped)
             with phases("judge"):
                 _stage_verdicts(closed, writer, done)
-            summary |= {"dead_cards": sorted(dropped.dead), "resent_units": dropped.resent, "closed_loop": closed.describe()}
+            summary.dead_cards, summary.resent_units = sorted(dropped.dead), dropped.resent
+            summary.closed_loop = closed.describe()
             asked = watch.follow(watch.reference, [placement.reference.actor.compute_seconds()], "its compute times")
             [reference_s] = watch.get(asked)
             replacements = watch.replacements()
         except RunIncomplete as exc:
             lost = [str(loss) for loss in exc.losses]
-            summary |= {"done_units": len(writer.done_units()), "events": watch.events, "lost": lost}
-            writer.end(finish_run_row(run_row, INCOMPLETE, summary, phases))
+            summary.done_units, summary.events, summary.lost = len(writer.done_units()), watch.events, lost
+            writer.end(finish_run_row(run_row, RunStatus.INCOMPLETE, summary, phases))
             notes = [*watch.events, *(f"LOST {line}" for line in lost)]
             return _incomplete(plan, writer, phases, notes, n_units, joined.dashboard)
 
     with phases("write"):
         checks, episodes = writer.staged()
-        gating = checks.filter(checks.column("gating"))
-        passed = bool(gating.num_rows) and all(gating.column("passed").to_pylist())
-        status = "passed" if passed else "failed"
+        gating = gating_of(checks)
+        status = finished_status(gating)
+        verdict = run_verdict(status, gating, ending=True)
         unplayed = without_episodes(plan, policies)
         renames = env_renames(policies)
         played = env_notes(plan, policies)
-        summary |= {
-            "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
-            "without_episodes": unplayed,
-            "env_renames": renames,
-            "env_notes": played,
-            "replaced": watch.replaced(),
-            "events": watch.events,
-        }
+        summary.reference_s = {dtype: round(s, 3) for dtype, s in reference_s.items()}
+        summary.without_episodes, summary.env_renames, summary.env_notes = unplayed, renames, played
+        summary.replaced, summary.events = watch.replaced(), watch.events
         run_row.devices = json.dumps([*devices, *replacements])
         writer.publish({"checks": checks, "episodes": episodes}, finish_run_row(run_row, status, summary, phases))
     notes = [*played, *watch.events, *([closed.describe()] if closed.auto else [])]
-    print_summary(checks, writer.run_id, status, sys.stdout, unplayed, renames, notes)
+    print_summary(checks, writer.run_id, verdict, sys.stdout, unplayed, renames, notes)
     said_at_the_end(writer.run_id, plan.common.results, phases)
-    return SweepOutcome(writer.run_id, passed, status, table_dir(writer.results, "checks", writer.run_id), phases, reference_s)
+    return SweepOutcome(
+        writer.run_id, verdict, status, table_dir(writer.results, "checks", writer.run_id), phases, reference_s
+    )
 
 
 def _incomplete(
@@ -189,25 +193,30 @@ def _incomplete(
     says what was lost, and the outcome carries the options that finish the run and the
     cluster's dashboard (where a job's resume is submitted)."""
     checks, _ = writer.staged()
-    run_id = writer.run_id
-    print_summary(checks, run_id, INCOMPLETE, sys.stdout, notes=notes, units_done=(len(writer.done_units()), units))
+    run_id, status = writer.run_id, RunStatus.INCOMPLETE
+    verdict = run_verdict(status, gating_of(checks), ending=True)
+    print_summary(checks, run_id, verdict, sys.stdout, notes=notes, units_done=(len(writer.done_units()), units))
     said_at_the_end(run_id, plan.common.results, phases)
-    return SweepOutcome(run_id, False, INCOMPLETE, writer.staging, phases, {}, resume_args(plan, run_id), dashboard)
+    return SweepOutcome(run_id, verdict, status, writer.staging, phases, {}, resume_args(plan, run_id), dashboard)
 
 
-def _stopped(plan: SweepPlan, writer: RunWriter, run_row: RunRow, phases: Phases, status: str, reason: str) -> SweepOutcome:
+def _stopped(
+    plan: SweepPlan, writer: RunWriter, run_row: RunRow, phases: Phases, status: RunStatus, reason: str
+) -> SweepOutcome:
     """The run stopped where no summary can be printed: Ray did not start, the results could not
     be written, or it was interrupted. Its row says so, and the outcome carries the options that
     finish it, where there is a run to finish; where even the row cannot be written, the reason
     says that too."""
-    summary: dict[str, object] = {"done_units": len(writer.done_units()), "stopped": reason or status}
+    summary = RunSummary(done_units=len(writer.done_units()), stopped=reason or status)
     try:
         writer.end(finish_run_row(run_row, status, summary, phases))
     except InfrastructureError as exc:
         reason = f"{reason}; and its status could not be recorded: {exc}" if reason else str(exc)
     resumable = writer.staging.is_dir() and (table_dir(writer.results, "runs", writer.run_id) / "part-0.parquet").is_file()
     resume = resume_args(plan, writer.run_id) if resumable else []
-    return SweepOutcome(writer.run_id, False, status, writer.staging, phases, {}, resume, "", reason)
+    # A run stopped short ends by how it stopped, whatever its finished units found (harness/judge/outcome.py).
+    verdict = run_verdict(status, Gating(), ending=True)
+    return SweepOutcome(writer.run_id, verdict, status, writer.staging, phases, {}, resume, "", reason)
 
 
 def resume_args(plan: SweepPlan, run_id: str) -> list[str]:
