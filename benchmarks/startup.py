@@ -18,6 +18,7 @@ import logging
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import ray
 
@@ -77,7 +78,7 @@ def sweep() -> dict[str, float]:
 
     with tempfile.TemporaryDirectory() as results, contextlib.redirect_stdout(io.StringIO()):
         start = time.perf_counter()
-        outcome = run_sweep(sweep_plan(SweepConfig(results=results, progress=False)))
+        outcome = run_sweep(sweep_plan(SweepConfig(results=Path(results), progress=False)))
         total = time.perf_counter() - start
     return {**outcome.phases.seconds, "total": total}
 

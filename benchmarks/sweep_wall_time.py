@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from pathlib import Path
 
 from benchmarks import Comparison
 from harness.config.command_plan import sweep_plan
@@ -22,7 +23,7 @@ TARGET_TOTAL_S = 60.0
 def run() -> Comparison:
     with tempfile.TemporaryDirectory() as results:
         start = time.perf_counter()
-        outcome = run_sweep(sweep_plan(SweepConfig(results=results, progress=False)))
+        outcome = run_sweep(sweep_plan(SweepConfig(results=Path(results), progress=False)))
         total = time.perf_counter() - start
     t = outcome.phases
     overhead = t["plan"] + t["fanout"] + t["judge"] + t["write"]
