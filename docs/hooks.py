@@ -1,7 +1,7 @@
 """mkdocs hooks: the pages' generated parts, from the code itself, never copied by hand.
 
 `<!-- harness-help COMMAND -->` becomes that command's `--help` (from `harness.cli.build_parser()`,
-which imports no torch), and `<!-- harness-columns TABLE -->` a table of that Parquet table's
+which imports no torch), `<!-- harness-usage COMMAND -->` its usage lines alone, and `<!-- harness-columns TABLE -->` a table of that Parquet table's
 columns (from `harness.store.schema.SCHEMAS`), each with its type and, where the row's dataclass
 or the result type that fills it says one, its meaning. An unknown name fails the build.
 """
@@ -16,6 +16,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any, get_args
 
 HELP = re.compile(r"<!-- harness-help ([\w-]+) -->")
+USAGE = re.compile(r"<!-- harness-usage ([\w-]+) -->")
 COLUMNS = re.compile(r"<!-- harness-columns (\w+) -->")
 # A field's trailing comment in a dataclass body: `name: type  # what it is`.
 FIELD_COMMENT = re.compile(r"^\s+(\w+): [^#\n]+?#\s*(.+)$", re.M)
@@ -24,6 +25,7 @@ WIDTH = "100"
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     markdown = HELP.sub(lambda match: help_text(match.group(1)), markdown)
+    markdown = USAGE.sub(lambda match: help_text(match.group(1), usage_only=True), markdown)
     return COLUMNS.sub(lambda match: columns_table(match.group(1)), markdown)
 
 
@@ -38,16 +40,16 @@ def commands() -> dict[str, argparse.ArgumentParser]:
     raise RuntimeError("harness's parser has no subcommands")
 
 
-def help_text(command: str) -> str:
-    """`harness COMMAND --help` as a fenced block, at a fixed width so the page does not depend
-    on the terminal that built it."""
+def help_text(command: str, usage_only: bool = False) -> str:
+    """`harness COMMAND --help` (or its usage lines alone) as a fenced block, at a fixed width so
+    the page does not depend on the terminal that built it."""
     parsers = commands()
     if command not in parsers:
         raise KeyError(f"harness-help: no command {command!r} (commands: {', '.join(parsers)})")
     before = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH
     try:
-        text = parsers[command].format_help()
+        text = parsers[command].format_usage() if usage_only else parsers[command].format_help()
     finally:
         if before is None:
             del os.environ["COLUMNS"]
