@@ -85,14 +85,19 @@ def resume_config(config: SweepConfig, run_id: str, given: Collection[str] = ())
         raise UsageError(f"--resume {run_id}: no such run in {results}") from None
     if not (results / STAGING / run_id).is_dir():
         raise UsageError(f"--resume {run_id}: that run finished ({stored['status']}); nothing to resume")
-    where = f"--resume {run_id}: its stored configuration"
     try:
         values = json.loads(stored["config_json"])
-        if not isinstance(values, dict) or set(values) - set(SweepConfig.model_fields):
-            raise ValueError(f"keys {', '.join(sorted(set(values) - set(SweepConfig.model_fields)))}")
-        resumed = config_from(SweepConfig, Given(values, dict.fromkeys(values, where)))
-    except (TypeError, ValueError, UsageError) as exc:
-        raise UsageError(f"{where} is not one this harness reads ({exc})") from None
+        if not isinstance(values, dict):
+            raise ValueError("not a JSON object")
+        unknown = sorted(set(values) - set(SweepConfig.model_fields))
+        if unknown:
+            raise ValueError(f"unknown keys {', '.join(unknown)}")
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"--resume {run_id}: its stored configuration is not one this harness reads ({exc})") from None
+    try:
+        resumed = config_from(SweepConfig, Given(values))
+    except UsageError as exc:
+        raise UsageError(f"--resume {run_id}: its stored configuration no longer validates: {exc}") from None
     ours, theirs = config.model_dump(mode="json"), resumed.model_dump(mode="json")  # each spec as its text
     for name, (_, meta) in fields(SweepConfig).items():
         if name in given and name not in (*RESUME_APPLIES, *RESUME_OWN) and ours[name] != theirs[name]:
