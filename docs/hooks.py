@@ -1,9 +1,10 @@
 """mkdocs hooks: the pages' generated parts, from the code itself, never copied by hand.
 
 `<!-- harness-help COMMAND -->` becomes that command's `--help` (from `harness.cli.build_parser()`,
-which imports no torch), `<!-- harness-usage COMMAND -->` its usage lines alone, and `<!-- harness-columns TABLE -->` a table of that Parquet table's
-columns (from `harness.store.schema.SCHEMAS`), each with its type and, where the row's dataclass
-or the result type that fills it says one, its meaning. An unknown name fails the build.
+which imports no torch), `<!-- harness-usage COMMAND -->` its usage lines alone, and
+`<!-- harness-columns TABLE -->` a table of that Parquet table's columns (from
+`harness.store.schema.SCHEMAS`), each with its type and, where the row's dataclass or the result
+type that fills it says one, its meaning. An unknown name fails the build.
 """
 
 from __future__ import annotations

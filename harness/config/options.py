@@ -182,7 +182,7 @@ class CommonOptions(BaseModel):
 
     # strict: a TOML file's or a Python call's value is of the field's type (`threads = "2"` is
     # refused, not read as 2); a flag's text is made the field's type first (fields.given_by_args).
-    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", validate_default=True)
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", validate_default=True, defer_build=True)
 
     policies: list[str] = option(
         "--policy",
