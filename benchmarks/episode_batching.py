@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from pathlib import Path
 
 from benchmarks import Comparison
 from harness.devices import SIMULATED
@@ -28,17 +29,17 @@ DEVICES = 3  # two cards and the CPU reference play every episode
 
 def after_startup(episodes: int, batching: EpisodeBatching) -> tuple[float, bool]:
     """Seconds from the actors being ready to the run written, and whether it passed."""
-    config = SweepConfig(
-        policies=["cartpole"],
-        dtypes=["float32"],
-        batch_sizes=[1],
-        episodes=episodes,
-        episode_batching=batching,
-        accelerator=SIMULATED,
-        progress=False,
-    )
     with tempfile.TemporaryDirectory() as results:
-        config.results = results
+        config = SweepConfig(
+            policies=["cartpole"],
+            dtypes=["float32"],
+            batch_sizes=[1],
+            episodes=episodes,
+            episode_batching=batching,
+            accelerator=SIMULATED,
+            progress=False,
+            results=Path(results),
+        )
         start = time.perf_counter()
         outcome = run_sweep(resolve(sweep_plan(config)))
         total = time.perf_counter() - start

@@ -18,6 +18,7 @@ import logging
 import statistics
 import tempfile
 import time
+from pathlib import Path
 
 import ray
 
@@ -80,7 +81,7 @@ def sweep() -> dict[str, float]:
     with tempfile.TemporaryDirectory() as results, contextlib.redirect_stdout(io.StringIO()):
         start = time.perf_counter()
         phases = Phases()
-        outcome = run_sweep(resolve(sweep_plan(SweepConfig(results=results, progress=False)), phases), phases=phases)
+        outcome = run_sweep(resolve(sweep_plan(SweepConfig(results=Path(results), progress=False)), phases), phases=phases)
         total = time.perf_counter() - start
     return {**outcome.phases.seconds, "total": total}
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from pathlib import Path
 
 from benchmarks import Comparison
 from harness.cluster.phases import Phases
@@ -25,7 +26,7 @@ def run() -> Comparison:
     with tempfile.TemporaryDirectory() as results:
         start = time.perf_counter()
         phases = Phases()
-        outcome = run_sweep(resolve(sweep_plan(SweepConfig(results=results, progress=False)), phases), phases=phases)
+        outcome = run_sweep(resolve(sweep_plan(SweepConfig(results=Path(results), progress=False)), phases), phases=phases)
         total = time.perf_counter() - start
     t = outcome.phases
     overhead = t["plan"] + t["fanout"] + t["judge"] + t["write"]

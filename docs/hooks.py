@@ -1,13 +1,13 @@
 """mkdocs hooks: the pages' generated parts, from the code itself, never copied by hand.
 
 `<!-- harness-help COMMAND -->` becomes that command's `--help` (from `harness.cli.build_parser()`,
-which imports no torch), `<!-- harness-columns TABLE -->` a table of that Parquet table's
-columns (from `harness.store.schema.SCHEMAS`), each with its type and, where the row's dataclass
-or the result type that fills it says one, its meaning; `<!-- harness-faults -->` a table of the
-kinds of fault `--inject-fault` takes (from their records, `harness.inference.fault_specs.FAULTS`);
+which imports no torch), `<!-- harness-usage COMMAND -->` its usage lines alone,
+`<!-- harness-columns TABLE -->` a table of that Parquet table's columns (from
+`harness.store.schema.SCHEMAS`), each with its type and, where the row's dataclass or the result
+type that fills it says one, its meaning; `<!-- harness-faults -->` a table of the kinds of fault
+`--inject-fault` takes (from their records, `harness.inference.fault_specs.FAULTS`);
 `<!-- harness-layers -->` the picture of the layers from the import contracts in `pyproject.toml`,
-the ones `lint-imports` holds.
-An unknown name fails the build.
+the ones `lint-imports` holds. An unknown name fails the build.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from dataclasses import fields, is_dataclass
 from typing import Any, get_args
 
 HELP = re.compile(r"<!-- harness-help ([\w-]+) -->")
+USAGE = re.compile(r"<!-- harness-usage ([\w-]+) -->")
 COLUMNS = re.compile(r"<!-- harness-columns (\w+) -->")
 LAYERS = "<!-- harness-layers -->"
 PYPROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pyproject.toml")
@@ -32,6 +33,7 @@ WIDTH = "100"
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     markdown = HELP.sub(lambda match: help_text(match.group(1)), markdown)
+    markdown = USAGE.sub(lambda match: help_text(match.group(1), usage_only=True), markdown)
     if LAYERS in markdown:
         markdown = markdown.replace(LAYERS, layers_picture())
     markdown = markdown.replace(FAULTS, faults_table()) if FAULTS in markdown else markdown
@@ -49,16 +51,16 @@ def commands() -> dict[str, argparse.ArgumentParser]:
     raise RuntimeError("harness's parser has no subcommands")
 
 
-def help_text(command: str) -> str:
-    """`harness COMMAND --help` as a fenced block, at a fixed width so the page does not depend
-    on the terminal that built it."""
+def help_text(command: str, usage_only: bool = False) -> str:
+    """`harness COMMAND --help` (or its usage lines alone) as a fenced block, at a fixed width so
+    the page does not depend on the terminal that built it."""
     parsers = commands()
     if command not in parsers:
         raise KeyError(f"harness-help: no command {command!r} (commands: {', '.join(parsers)})")
     before = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = WIDTH
     try:
-        text = parsers[command].format_help()
+        text = parsers[command].format_usage() if usage_only else parsers[command].format_help()
     finally:
         if before is None:
             del os.environ["COLUMNS"]

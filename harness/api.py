@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from harness.config.fields import values_from_mapping
+from harness.config.fields import config_from, given_by_mapping
 from harness.config.options import BenchConfig, SweepConfig, validate
 
 if TYPE_CHECKING:
@@ -87,13 +87,13 @@ class RunResult:
 
 def sweep(**options: Any) -> RunResult:
     """`harness sweep` with `options`; the summary is printed as the command prints it."""
-    values = values_from_mapping(SweepConfig, options, "harness.sweep()")
-    return run_sweep_config(validate(SweepConfig(**values)), called("harness.sweeps", options), set(values))
+    given = given_by_mapping(SweepConfig, options, "harness.sweep()")
+    return run_sweep_config(validate(config_from(SweepConfig, given)), called("harness.sweep", options), set(given.values))
 
 
 def bench(**options: Any) -> RunResult:
     """`harness bench` with `options`."""
-    config = validate(BenchConfig(**values_from_mapping(BenchConfig, options, "harness.bench()")))
+    config = validate(config_from(BenchConfig, given_by_mapping(BenchConfig, options, "harness.bench()")))
     return run_bench_config(config, called("harness.bench", options))
 
 

@@ -17,6 +17,7 @@ from harness.devices.precision import Switch
 from harness.errors import UsageError
 from harness.policies import PolicySpec, load_policy
 from harness.config.command_plan import sweep_plan
+from harness.config.fields import Given, config_from
 from harness.config.options import SweepConfig, validate
 from harness.cluster.place import card_options
 from harness.sweeps.driver import dtype_labels
@@ -96,9 +97,9 @@ def test_the_registry_is_put_back_and_refuses_what_is_not_an_accelerator() -> No
 
 
 def test_option_validation_takes_it(toy: devices.Kind, tmp_path: object) -> None:
-    validate(SweepConfig(accelerator="toy", results=str(tmp_path)))
+    validate(config_from(SweepConfig, Given({"accelerator": "toy", "results": str(tmp_path)})))
     with pytest.raises(UsageError, match="--accelerator 'tpu' is not one of auto, npu, cuda, toy, cpu"):
-        validate(SweepConfig(accelerator="tpu", results=str(tmp_path)))
+        config_from(SweepConfig, Given({"accelerator": "tpu", "results": str(tmp_path)}))
 
 
 def test_the_card_actor_opens_and_describes_it_and_the_run_labels_its_float32(toy: devices.Kind, tmp_path: object) -> None:

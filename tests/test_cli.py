@@ -88,7 +88,7 @@ def test_info_json() -> None:
         (["--return-margin", "1e999std"], "the margin must be a finite number"),
         (["--auto-max-seconds", "inf"], "--auto-max-seconds inf: must be a finite number"),
         (["--hang-timeout", "1e999"], "--hang-timeout inf: must be a finite number"),
-        (["--ratio-limits", "3,5,nan"], "--ratio-limits nan: must be a finite number"),
+        (["--ratio-limits", "3,5,nan"], "--ratio-limits '3.0,5.0,nan': nan: must be a finite number"),
         (["--max-memory", "nan"], "--max-memory nan: must be a finite number"),
         (["--action-kind", "maybe"], "--action-kind 'maybe' is not one of discrete, continuous"),
         (["--inject-fault", "everything:reduced-fp32"], "expected card<N>:<kind> or all:<kind>"),
@@ -329,21 +329,18 @@ def test_info_lists_each_card_and_the_settings_it_starts_with(monkeypatch: pytes
 
 def test_each_option_s_choices_and_bounds_are_declared_once_and_hold_for_flags_and_toml(tmp_path: Path) -> None:
     """The flag, the TOML key and --help all read a field's choices and bounds from its metadata."""
-    import dataclasses
-
-    from harness.config.fields import meta_of
+    from harness.config.fields import fields
 
     checked = 0
     for config_type, command in ((SweepConfig, "sweep"), (BenchConfig, "bench")):
         help_text = " ".join(cli(command, "--help").stdout.split())
-        for f in dataclasses.fields(config_type):
-            meta = meta_of(f)
+        for name, (_, meta) in fields(config_type).items():
             allowed = meta.allowed()
             if allowed is None or meta.kind != "value":
                 continue
             assert all(choice in help_text for choice in allowed), (meta.flag, allowed)
-            config = tmp_path / f"{command}-{f.name}.toml"
-            config.write_text(f'{f.name} = "no-such-choice"\n')
+            config = tmp_path / f"{command}-{name}.toml"
+            config.write_text(f'{name} = "no-such-choice"\n')
             proc = cli(command, "--config", str(config), "--results", str(tmp_path / "r"))
             assert_usage_error(proc, f"{meta.flag} 'no-such-choice' is not one of {', '.join(allowed)}")
             checked += 1

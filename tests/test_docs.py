@@ -92,6 +92,21 @@ def test_every_command_has_its_generated_reference() -> None:
             assert option in rendered, (name, option)
 
 
+# A command's synopsis written out by hand: `harness repro RUN_ID [--check KIND] ...`.
+HAND_USAGE = re.compile(r"harness [\w-]+ [^`\n]*\[--")
+
+
+def test_no_page_copies_a_usage_by_hand() -> None:
+    """A usage written out by hand drifts from the parser (one lost `--keep-float32`): pages show
+    the generated one (`<!-- harness-usage COMMAND -->`, `<!-- harness-help COMMAND -->`)."""
+    assert HAND_USAGE.search("`harness repro RUN_ID [--check KIND] [--card LABEL]` takes"), "the check sees one"
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        found = HAND_USAGE.search(page.read_text())
+        assert found is None, (page.name, found and found.group(0))
+    after = hooks().on_page_markdown((REPO / "docs" / "after-a-fail.md").read_text())
+    assert "usage: harness diagnose [-h]" in after and "usage: harness repro [-h]" in after
+
+
 def test_every_table_has_its_generated_columns() -> None:
     module = hooks()
     results = (REPO / "docs" / "results.md").read_text()

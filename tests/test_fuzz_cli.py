@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 import shutil
 import signal
@@ -187,7 +186,7 @@ class ConfigValue:
 def configs() -> st.SearchStrategy[ConfigValue]:
     from harness.config.options import BenchConfig, SweepConfig
 
-    keys = sorted({f.name for c in (SweepConfig, BenchConfig) for f in dataclasses.fields(c)} | {"no_such_option"})
+    keys = sorted({name for c in (SweepConfig, BenchConfig) for name in c.model_fields} | {"no_such_option"})
     return st.builds(ConfigValue, st.sampled_from(keys), st.one_of(st.sampled_from(TOML_VALUES), numbers()))
 
 

@@ -238,7 +238,7 @@ def test_resume_takes_the_run_s_options_and_applies_only_what_changes_no_outcome
     results = tmp_path / "results"
     _stored_run(results, "two", {"policies": ["cartpole"], "episodes": 2, "hang_timeout": 300.0}, [], "running")
     here = SweepConfig(results=str(results), resume="two", episodes=2, hang_timeout=900.0, max_memory_gib=8.0)
-    resumed, _ = resume_config(here, "two", {"episodes", "hang_timeout", "max_memory_gib", "run_id"})
-    assert (resumed.episodes, resumed.hang_timeout, resumed.max_memory_gib, resumed.results) == (2, 900.0, 8.0, str(results))
-    resumed, _ = resume_config(here, "two", set())  # not given: the run's own, never this invocation's defaults
+    resumed = resume_config(here, "two", {"episodes", "hang_timeout", "max_memory_gib", "run_id"})
+    assert (resumed.episodes, resumed.hang_timeout, resumed.max_memory_gib, resumed.results) == (2, 900.0, 8.0, results)
+    resumed = resume_config(here, "two", set())  # not given: the run's own, never this invocation's defaults
     assert (resumed.episodes, resumed.hang_timeout, resumed.max_memory_gib) == (2, 300.0, None)

@@ -150,7 +150,7 @@ def test_a_plan_that_keeps_nothing_is_refused(
     plan.write_text(json.dumps({"version": 1, "run_id": "r", "plans": entries}))
     args = ("--policy", str(overflow), "--dtypes", "float16", "--keep-float32", str(plan), "--results", str(tmp_path))
     named = expected.replace("P", str(overflow))
-    assert_usage_error(cli("sweep", *args), f"--keep-float32 {plan}: ", named, "applies nothing never passes")
+    assert_usage_error(cli("sweep", *args), f"--keep-float32 '{plan}': ", named, "applies nothing never passes")
     assert not (tmp_path / "runs").exists()
 
 

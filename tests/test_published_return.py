@@ -37,7 +37,7 @@ from harness.policies.policy_files import PublishedScore, find_env, rl_zoo_bench
 from harness.policies.sb3.archive import trained_steps
 from harness.sweeps.closed_loop import ClosedLoop
 from harness.config.command_plan import sweep_plan
-from harness.config.fields import read_toml
+from harness.config.fields import Given, config_from, read_toml
 from harness.config.options import SweepConfig, validate
 from harness.sweeps.plan import EpisodeWork, Unit, plan_inputs, plan_units
 from harness.store.schema import EpisodeRow
@@ -88,7 +88,7 @@ def test_a_cpu_below_its_published_score_fails_as_the_environments_or_the_weight
 
 def test_the_published_return_option_gates_by_default_and_the_old_flag_still_runs(tmp_path: Path) -> None:
     def plan(**options: object) -> bool:
-        return sweep_plan(validate(SweepConfig(**options))).published_gates  # type: ignore[arg-type]
+        return sweep_plan(validate(config_from(SweepConfig, Given(options)))).published_gates
 
     assert plan() and plan(require_published_return=True) and plan(published_return="gate")
     assert not plan(published_return="finding")

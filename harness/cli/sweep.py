@@ -30,12 +30,12 @@ def run(args: argparse.Namespace, name: str = "harness", again: str = "harness s
     resume (DASHBOARD in it stands for the cluster's dashboard). The options are checked before
     the driver (torch, Ray) is imported: a mistake is answered at once."""
     from harness.api import run_sweep_config
-    from harness.config.fields import values_from_args
+    from harness.config.fields import config_from, given_by_args
     from harness.config.options import validate
 
     # The options given, not only their values: --resume refuses one that differs from the run's.
-    given = values_from_args(args, SweepConfig)
-    result = run_sweep_config(validate(SweepConfig(**given)), command=" ".join(sys.argv), given=set(given))
+    given = given_by_args(args, SweepConfig)
+    result = run_sweep_config(validate(config_from(SweepConfig, given)), command=" ".join(sys.argv), given=set(given.values))
     if result.exit_code not in (0, 1):
         why = f"{result.reason}; " if result.reason else ""
         if result.resume_args:

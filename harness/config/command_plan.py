@@ -1,131 +1,27 @@
-"""The typed plan of `harness sweep` and `harness bench`, built once at the edge (the command, the
-Ray job, a diagnosis or repro step) from a validated config: every spec parsed into the value the
-run uses (faults, tolerances, ratio limits, the return margin, the layers kept in float32), every
-list a tuple, every kind its literal. The sweep, the bench, the memory budget, the closed loop and
-diagnose read the plan and parse nothing; the config stays what the user wrote: what the runs
-table records (`CommonPlan.recorded`, byte for byte), what `--resume` reads back, what `--help` shows.
+"""The typed plan of `harness sweep` and `harness bench`, made once at the edge (the command, the
+Ray job, a diagnosis or repro step): a validated config is its plan (its fields hold the typed
+values the run uses: faults, tolerances, ratio limits, the return margin, the layers kept in
+float32); what does not fit the run (a fault on a card or dtype it has not) is refused where the
+plan is resolved (harness/sweeps/resolve.py). The sweep, the bench, the memory budget, the closed loop and
+diagnose read the plan and parse nothing; what the runs table records is the config's own JSON
+(`CommonPlan.recorded`), what `--resume` reads back.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
-from harness.devices.precision import Precision
-from harness.errors import UsageError, first_line
-from harness.inference.fault_specs import Fault, Strikes, kinds, parse_faults
-from harness.judge.compare import TOLERANCES, Tolerance
-from harness.judge.golden import RatioLimits
-from harness.judge.returns import Margin
-from harness.config.fields import meta_of
-from harness.config.options import (
-    BenchConfig,
-    CommonOptions,
-    EpisodeBatching,
-    Strategy,
-    SweepConfig,
-    csv,
-    validate,
-)
+from harness.config.fields import Given, config_from, fields
+from harness.config.options import BenchConfig, CommonOptions, SweepConfig, validate
+from harness.errors import UsageError
+from harness.inference.fault_specs import Strikes, kinds
 
-if TYPE_CHECKING:
-    from harness.policies.base import ActionKind
-
-
-@dataclass(frozen=True)
-class CommonPlan:
-    """What a sweep and a bench both run with."""
-
-    policies: tuple[str, ...]
-    accelerator: str
-    cards: int | None
-    dtypes: tuple[str, ...]
-    batch_sizes: tuple[int, ...]
-    seed: int
-    threads: int
-    results: Path
-    run_id: str | None
-    address: str | None
-    progress: bool
-    max_memory_gib: float | None
-    precision: Precision
-    env: str | None
-    envs: Mapping[str, str]
-    action_kind: ActionKind | None
-    onnx_output: str | None
-    faults: tuple[Fault, ...]
-    recorded: str
-    """The config as the user wrote it (JSON): the runs table's config_json, what --resume reads back."""
-
-
-@dataclass(frozen=True)
-class SweepPlan:
-    """`harness sweep`, planned."""
-
-    common: CommonPlan
-    episodes: int | Literal["auto"]
-    margin: Margin
-    require_conclusive: bool
-    auto_max_episodes: int
-    auto_max_seconds: float
-    episode_batching: EpisodeBatching
-    tolerances: Mapping[str, Tolerance]
-    """The user's tolerance table by dtype (--tolerance DTYPE=ATOL,RTOL)."""
-    limits: RatioLimits
-    require_batch_invariance: bool
-    published_gates: bool
-    """A published score falling short fails the run (--published-return gate)."""
-    hang_timeout: float
-    placement: Strategy
-    kept: Mapping[tuple[str, str], tuple[str, ...]]
-    """--keep-float32: (policy, dtype) -> the layers computed in float32."""
-    resume: str | None
-    started_at: str | None
-    """A resumed run's start, as its runs row has it; None for a new run (it starts now)."""
-
-
-@dataclass(frozen=True)
-class BenchPlan:
-    """`harness bench`, planned."""
-
-    common: CommonPlan
-    card_counts: tuple[int, ...] | None
-    windows: int
-    window: float
-    min_iterations: int
-    max_spread: float
-    duration: float | None
-    latency_bound_ms: float
-    min_queries: int
-    env_impl: str
-
-
-def common_plan(config: CommonOptions, faults: list[Fault]) -> CommonPlan:
-    return CommonPlan(
-        policies=tuple(config.policies),
-        accelerator=config.accelerator,
-        cards=config.cards,
-        dtypes=tuple(config.dtypes),
-        batch_sizes=tuple(config.batch_sizes),
-        seed=config.seed,
-        threads=config.threads,
-        results=Path(config.results),
-        run_id=config.run_id,
-        address=config.address,
-        progress=config.progress,
-        max_memory_gib=config.max_memory_gib,
-        precision=config.precision,
-        env=config.env,
-        envs=dict(config.envs),
-        action_kind=config.action_kind,
-        onnx_output=config.onnx_output,
-        faults=tuple(faults),
-        recorded=config.to_json(),
-    )
+# The plans are the validated configs; these are the names the run knows them by.
+CommonPlan = CommonOptions
+SweepPlan = SweepConfig
+BenchPlan = BenchConfig
 
 
 def sweep_plan(config: SweepConfig, given: Collection[str] = ()) -> SweepPlan:
@@ -136,111 +32,25 @@ def sweep_plan(config: SweepConfig, given: Collection[str] = ()) -> SweepPlan:
     RESUME_APPLIES. UsageError for a spec that does not parse (what does not fit the run is
     refused where the plan is resolved: harness/sweeps/resolve.py)."""
     if config.resume is None:
-        return _sweep_plan(config, None)
-    resumed, started_at = resume_config(config, config.resume, given)
+        return config
+    resumed = resume_config(config, config.resume, given)
     try:
-        return _sweep_plan(validate(resumed), started_at)
+        return validate(resumed)
     except UsageError as exc:
         raise UsageError(f"--resume {config.resume}: its stored configuration no longer validates: {exc}") from None
 
 
-def _sweep_plan(config: SweepConfig, started_at: str | None) -> SweepPlan:
-    faults = parse_faults(config.inject_fault)
-    kept = _kept(config)
-    return SweepPlan(
-        common=common_plan(config, faults),
-        episodes=config.episodes,
-        margin=Margin.parse(config.return_margin),
-        require_conclusive=config.require_conclusive,
-        auto_max_episodes=config.auto_max_episodes,
-        auto_max_seconds=config.auto_max_seconds,
-        episode_batching=config.episode_batching,
-        tolerances=parse_tolerances(config.tolerance),
-        limits=ratio_limits(config.ratio_limits),
-        require_batch_invariance=config.require_batch_invariance,
-        published_gates=config.published_return == "gate",
-        hang_timeout=config.hang_timeout,
-        placement=config.placement,
-        kept=kept,
-        resume=config.resume,
-        started_at=started_at,
-    )
-
-
-def _kept(config: SweepConfig) -> dict[tuple[str, str], tuple[str, ...]]:
-    """--keep-float32's plan, each (policy, dtype) of it one this sweep runs."""
-    if config.keep_float32 is None:
-        return {}
-    from harness.config.precision_plan import read_plan
-
-    try:
-        kept = read_plan(Path(config.keep_float32)).kept()
-    except ValueError as exc:
-        raise UsageError(f"--keep-float32 {config.keep_float32}: {exc}; a plan that applies nothing never passes") from None
-    for policy, dtype in kept:
-        if policy not in config.policies or dtype not in config.dtypes:
-            raise UsageError(
-                f"--keep-float32 {config.keep_float32}: its plan for {policy} {dtype} does not apply to this sweep "
-                f"(--policy {' '.join(config.policies)}, --dtypes {','.join(config.dtypes)}); a plan never applied "
-                "never passes"
-            )
-    return kept
-
-
 def bench_plan(config: BenchConfig) -> BenchPlan:
-    """The plan of a validated bench config. UsageError for a fault that does not parse, or that a
-    bench cannot inject."""
-    faults = parse_faults(config.inject_fault)
-    for fault in faults:
+    """The plan of a validated bench config. UsageError for a fault a bench cannot inject (what
+    does not fit the run is refused where the plan is resolved: harness/sweeps/resolve.py)."""
+    for fault in config.faults:
         if fault.record.strikes is not Strikes.POLICY:
             raise UsageError(
                 f"--inject-fault {fault}: a bench injects only into its timed path: "
                 f"{', '.join(k.name for k in kinds(Strikes.POLICY))}, "
                 "e.g. card0:perturb-weight"
             )
-    return BenchPlan(
-        common=common_plan(config, faults),
-        card_counts=tuple(config.card_counts) if config.card_counts is not None else None,
-        windows=config.windows,
-        window=config.window,
-        min_iterations=config.min_iterations,
-        max_spread=config.max_spread,
-        duration=config.duration,
-        latency_bound_ms=config.latency_bound_ms,
-        min_queries=config.min_queries,
-        env_impl=config.env_impl,
-    )
-
-
-def parse_tolerances(specs: list[str]) -> dict[str, Tolerance]:
-    """`--tolerance DTYPE=ATOL,RTOL`, repeatable: the user's tolerance table by dtype."""
-    from harness.dtypes import REDUCED_FLOAT32
-
-    tables = {}
-    for spec in specs:
-        dtype, _, numbers = spec.partition("=")
-        parts = numbers.split(",")
-        try:
-            if len(parts) != 2 or dtype not in (*TOLERANCES, *REDUCED_FLOAT32):
-                raise ValueError
-            atol, rtol = (float(p) for p in parts)
-            tables[dtype] = Tolerance(atol, rtol, TOLERANCES[dtype.split("-")[0]].min_cos)
-        except (ValueError, TypeError):
-            known = ", ".join((*TOLERANCES, *REDUCED_FLOAT32))
-            raise UsageError(
-                f"--tolerance {spec!r}: expected DTYPE=ATOL,RTOL with DTYPE one of {known}, e.g. float16=0.05,0.002"
-            ) from None
-    return tables
-
-
-def ratio_limits(limits: list[float]) -> RatioLimits:
-    """`--ratio-limits L,M,S`: the port rule's limits for >= 1000, >= 100 and fewer elements."""
-    try:
-        return RatioLimits(*limits)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(
-            f"--ratio-limits {csv(limits)!r}: three limits, for >= 1000, >= 100 and fewer elements, e.g. 3,5,10 ({exc})"
-        ) from None
+    return config
 
 
 # What a resumed run takes from the invocation that resumes it: where its results, its cluster
@@ -252,11 +62,11 @@ RESUME_APPLIES = (*RESUME_FROM_HERE, "hang_timeout", "max_memory_gib")
 RESUME_OWN = ("resume", "run_id")
 
 
-def resume_config(config: SweepConfig, run_id: str, given: Collection[str] = ()) -> tuple[SweepConfig, str]:
-    """The interrupted run `run_id`'s own configuration, not yet validated, and its start time.
-    RESUME_APPLIES come from this invocation (where it set them); any other option it set must be the
-    run's own: a UsageError names it and both values, where the run would go on with its own
-    while `runs.command` recorded the other."""
+def resume_config(config: SweepConfig, run_id: str, given: Collection[str] = ()) -> SweepConfig:
+    """The interrupted run `run_id`'s own configuration, its start time with it, not yet
+    validated as a whole. RESUME_APPLIES come from this invocation (where it set them); any other
+    option it set must be the run's own: a UsageError names it and both values, where the run
+    would go on with its own while `runs.command` recorded the other."""
     from harness.store.claim import refuse_held
     from harness.store.paths import STAGING
     from harness.store.writer import read_run
@@ -270,24 +80,30 @@ def resume_config(config: SweepConfig, run_id: str, given: Collection[str] = ())
     if not (results / STAGING / run_id).is_dir():
         raise UsageError(f"--resume {run_id}: that run finished ({stored['status']}); nothing to resume")
     try:
-        resumed = SweepConfig(**json.loads(stored["config_json"]))
+        values = json.loads(stored["config_json"])
+        if not isinstance(values, dict):
+            raise ValueError("not a JSON object")
+        unknown = sorted(set(values) - set(SweepConfig.model_fields))
+        if unknown:
+            raise ValueError(f"unknown keys {', '.join(unknown)}")
     except (TypeError, ValueError) as exc:
-        raise UsageError(
-            f"--resume {run_id}: its stored configuration is not one this harness reads ({first_line(exc)})"
-        ) from None
-    for f in dataclasses.fields(config):
-        ours, theirs = getattr(config, f.name), getattr(resumed, f.name)
-        if f.name in given and f.name not in (*RESUME_APPLIES, *RESUME_OWN) and ours != theirs:
-            flag = meta_of(f).flag
+        raise UsageError(f"--resume {run_id}: its stored configuration is not one this harness reads ({exc})") from None
+    try:
+        resumed = config_from(SweepConfig, Given(values))
+    except UsageError as exc:
+        raise UsageError(f"--resume {run_id}: its stored configuration no longer validates: {exc}") from None
+    ours, theirs = config.model_dump(mode="json"), resumed.model_dump(mode="json")  # each spec as its text
+    for name, (_, meta) in fields(SweepConfig).items():
+        if name in given and name not in (*RESUME_APPLIES, *RESUME_OWN) and ours[name] != theirs[name]:
             raise UsageError(
-                f"--resume {run_id}: {flag} {_shown(ours)}, but the run was made with {flag} {_shown(theirs)}; "
-                f"a resumed run goes on with its own options: leave {flag} out, or start a new run"
+                f"--resume {run_id}: {meta.flag} {_shown(ours[name])}, but the run was made with {meta.flag} "
+                f"{_shown(theirs[name])}; a resumed run goes on with its own options: leave {meta.flag} out, or start a "
+                "new run"
             )
-    for name in RESUME_APPLIES:
-        if name in RESUME_FROM_HERE or name in given:
-            setattr(resumed, name, getattr(config, name))
-    resumed.resume, resumed.run_id = run_id, run_id
-    return resumed, stored["started_at"]
+    here = {name: getattr(config, name) for name in RESUME_APPLIES if name in RESUME_FROM_HERE or name in given}
+    resumed = resumed.model_copy(update={**here, "resume": run_id, "run_id": run_id})
+    resumed._started_at = stored["started_at"]
+    return resumed
 
 
 def _shown(value: object) -> str:

@@ -1,35 +1,46 @@
-"""Options of `harness sweep` and `harness bench`: one dataclass per command, the options they
-share declared once in `CommonOptions`, which both embed.
+"""Options of `harness sweep` and `harness bench`: one pydantic model per command, the options
+they share declared once in `CommonOptions`, which both extend.
 
-Each field is declared with `option` (harness/config/fields.py): its flag and one-line help,
-so the command line, the TOML file (`--config FILE`), `jobs/sweep.py` and every `--help` (defaults
-included) come from one place, as CleanRL's `Args` does. Precedence: the field's default, then the
-TOML file, then flags given on the command line. Values are checked in `validate`, before Ray
-starts, with the bad value and a valid example; the specs among them (faults, tolerances, ratio
-limits, the return margin, a precision plan) are parsed once, into the typed plan the run reads
-(harness/config/command_plan.py). A config stays what the user wrote: it is what a run records and
-what --resume reads back. Light on purpose: `harness --help` imports this module.
+Each field is declared with `option` (harness/config/fields.py): its flag, its one-line help, its
+bounds and choices, and where the value is a spec, the parser that makes the typed value the run
+uses (a `Fault`, a `Tolerance`, the `RatioLimits`, a `Margin`, a precision plan). So the command
+line, the TOML file (`--config FILE`), `jobs/sweep.py`, `harness.sweep(**options)`, every `--help`
+(defaults included) and the config a run records (`to_json`, what `--resume` reads back) come
+from one place. Precedence: the field's default, then the TOML file, then flags given on the
+command line. A validated config is what the run reads (harness/config/command_plan.py names it
+its plan); `validate` checks what options say about each other, before Ray starts. Light on
+purpose: `harness --help` imports this module, and the judge's types (numpy) only where a spec is
+parsed.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
-from dataclasses import dataclass
+import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar, get_args
 
-from harness.devices.registry import AUTO, auto_help, choices
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, PrivateAttr
+
+from harness.config.fields import config_from, given_by_args, option, redefault
+from harness.config.precision_plan import KeptFloat32
 from harness.devices.precision import PRECISIONS, Precision
+from harness.devices.registry import AUTO, auto_help, choices
 from harness.dtypes import CARD_DTYPES
 from harness.errors import UsageError
-from harness.inference.fault_specs import Strikes, kinds_help
-from harness.config.fields import meta_of, option, redefault, values_from_args
+from harness.inference.fault_specs import Fault, Strikes, kinds_help, parse_faults
 from harness.store.paths import check_output_file, check_results_folder, check_run_id
 
 if TYPE_CHECKING:
-    from harness.policies.base import ActionKind
+    from harness.judge.compare import Tolerance
+    from harness.judge.golden import RatioLimits
+    from harness.judge.returns import Margin
+else:
+    # The judge's types import numpy, too heavy for `harness --help`: pydantic sees Any for them,
+    # and their fields' parsers, which import them, make them.
+    Tolerance = Margin = RatioLimits = Any
 
 DEFAULT_POLICIES = ("cartpole", "huggy-arch")
 Strategy = Literal["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"]
@@ -40,7 +51,8 @@ PublishedReturn = Literal["gate", "finding"]
 PUBLISHED_RETURNS: tuple[PublishedReturn, ...] = get_args(PublishedReturn)
 AUTO_EPISODES: Literal["auto"] = "auto"
 """`--episodes auto`: rounds of episodes until every closed-loop verdict is conclusive."""
-ACTION_KINDS = ("discrete", "continuous")
+ActionKindOption = Literal["discrete", "continuous"]
+ACTION_KINDS: tuple[ActionKindOption, ...] = get_args(ActionKindOption)
 # Seeds feed numpy's and gymnasium's generators and the episodes' int64 seed arrays: a 32-bit
 # range is what every one of them takes, and seed + episodes stays far inside int64.
 MAX_SEED = 2**32 - 1
@@ -69,19 +81,108 @@ def episode_count(value: Any) -> int | Literal["auto"]:
     return count
 
 
-def return_margin(value: Any) -> str:
-    """`--return-margin`: checked here, read by the judge (harness.judge.returns.Margin)."""
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _margin(value: Any) -> Margin:
+    """`--return-margin`: a fraction of the spread (0.5std) or a return (10)."""
     from harness.judge.returns import Margin
 
-    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+    if isinstance(value, Margin):
+        return value
+    if not isinstance(value, str) and not _number(value):
         raise ValueError("expected a return (10) or a fraction of the spread (0.5std)")
-    Margin.parse(str(value))
-    return str(value)
+    return Margin.parse(str(value))
 
 
-@dataclass
-class CommonOptions:
-    """What `harness sweep` and `harness bench` both take."""
+def _margin_text(margin: Margin) -> str:
+    return f"{margin.absolute!r}" if margin.absolute is not None else f"{margin.fraction!r}std"
+
+
+def _fault(value: Any) -> Fault:
+    """One `--inject-fault` spec, card<N>:KIND or all:KIND."""
+    if isinstance(value, Fault):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("expected card<N>:KIND or all:KIND, e.g. card1:perturb-weight")
+    [fault] = parse_faults([value])
+    return fault
+
+
+def _tolerance(value: Any) -> tuple[str, Tolerance]:
+    """One `--tolerance DTYPE=ATOL,RTOL`: the atol/rtol table of a dtype (its min_cos the fixed table's)."""
+    from harness.dtypes import REDUCED_FLOAT32
+    from harness.judge.compare import TOLERANCES, Tolerance
+
+    if isinstance(value, tuple):
+        return value
+    known = (*TOLERANCES, *REDUCED_FLOAT32)
+    dtype, _, numbers = str(value).partition("=")
+    parts = numbers.split(",")
+    try:
+        if not isinstance(value, str) or len(parts) != 2 or dtype not in known:
+            raise ValueError
+        atol, rtol = (float(p) for p in parts)
+        return dtype, Tolerance(atol, rtol, TOLERANCES[dtype.split("-")[0]].min_cos)
+    except (ValueError, TypeError):
+        raise ValueError(f"expected DTYPE=ATOL,RTOL with DTYPE one of {', '.join(known)}, e.g. float16=0.05,0.002") from None
+
+
+def _tolerance_text(entry: tuple[str, Tolerance]) -> str:
+    dtype, tolerance = entry
+    return f"{dtype}={tolerance.atol!r},{tolerance.rtol!r}"
+
+
+def _ratio_limits(value: Any) -> RatioLimits:
+    """`--ratio-limits L,M,S`: the port rule's limits for >= 1000, >= 100 and fewer elements."""
+    from harness.judge.golden import RatioLimits
+
+    if isinstance(value, RatioLimits):
+        return value
+    if not isinstance(value, list) or not all(_number(v) for v in value):
+        raise ValueError("expected a list of three numbers, e.g. 3,5,10")
+    for v in value:
+        if not math.isfinite(v):
+            raise ValueError(f"{v}: must be a finite number")
+    try:
+        return RatioLimits(*(float(v) for v in value))
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"three limits, for >= 1000, >= 100 and fewer elements, e.g. 3,5,10 ({exc})") from None
+
+
+def _ratio_limits_list(limits: RatioLimits) -> list[float]:
+    return [limits.large, limits.medium, limits.small]
+
+
+def _kept_float32(value: Any) -> KeptFloat32 | None:
+    """`--keep-float32 PLAN`: the plan read, each of its (policy, dtype) keeping a layer."""
+    if value is None or isinstance(value, KeptFloat32):
+        return value
+    if not isinstance(value, str):
+        raise ValueError("expected the path of a precision plan `harness diagnose` wrote")
+    try:
+        return KeptFloat32.read(value)
+    except ValueError as exc:
+        raise ValueError(f"{exc}; a plan that applies nothing never passes") from None
+
+
+def _kept_path(kept: KeptFloat32 | None) -> str | None:
+    return None if kept is None else kept.path
+
+
+Count = Annotated[int, Field(ge=1)]
+TypedFault = Annotated[Fault, BeforeValidator(_fault), PlainSerializer(str)]
+TypedTolerance = Annotated[tuple[str, Tolerance], BeforeValidator(_tolerance), PlainSerializer(_tolerance_text)]
+
+
+class CommonOptions(BaseModel):
+    """What `harness sweep` and `harness bench` both take. Frozen: a validated config is the run's
+    plan, read and never changed (`model_copy(update=...)` makes another)."""
+
+    # strict: a TOML file's or a Python call's value is of the field's type (`threads = "2"` is
+    # refused, not read as 2); a flag's text is made the field's type first (fields.given_by_args).
+    model_config = ConfigDict(strict=True, frozen=True, extra="forbid", validate_default=True, defer_build=True)
 
     policies: list[str] = option(
         "--policy",
@@ -89,7 +190,7 @@ class CommonOptions:
         DEFAULT_POLICIES,
         "append",
         metavar="NAME_OR_PATH",
-        nonempty=True,
+        min_length=1,
     )
     accelerator: str = option("--accelerator", auto_help(), AUTO, choices=choices)
     cards: int | None = option(
@@ -98,21 +199,19 @@ class CommonOptions:
         None,
         type=int,
         metavar="N",
-        at_least=1,
+        ge=1,
     )
     dtypes: list[str] = option(
-        "--dtypes", "comma-separated dtypes of the card forward", CARD_DTYPES, "csv", choices=CARD_DTYPES, nonempty=True
+        "--dtypes", "comma-separated dtypes of the card forward", CARD_DTYPES, "csv", choices=CARD_DTYPES, min_length=1
     )
-    batch_sizes: list[int] = option(
-        "--batch-sizes", "comma-separated batch sizes", [1, 8, 4096], "csv", int, metavar="N,N", at_least=1, nonempty=True
+    batch_sizes: list[Count] = option(
+        "--batch-sizes", "comma-separated batch sizes", [1, 8, 4096], "csv", int, metavar="N,N", min_length=1
     )
-    seed: int = option(
-        "--seed", "seed of every batch, noise draw and episode", 0, type=int, metavar="N", at_least=0, at_most=MAX_SEED
-    )
+    seed: int = option("--seed", "seed of every batch, noise draw and episode", 0, type=int, metavar="N", ge=0, le=MAX_SEED)
     threads: int = option(
-        "--threads", "torch threads in each actor (bitwise results depend on it)", 1, type=int, metavar="N", at_least=1
+        "--threads", "torch threads in each actor (bitwise results depend on it)", 1, type=int, metavar="N", ge=1
     )
-    results: str = option("--results", "folder of the Parquet datasets", "results", metavar="DIR")
+    results: Path = option("--results", "folder of the Parquet datasets", "results", metavar="DIR", strict=False)
     run_id: str | None = option("--run-id", "name of this run (default: time and random suffix)", None, metavar="ID")
     address: str | None = option(
         "--address", "Ray cluster to join (default: RAY_ADDRESS, else a local Ray)", None, metavar="ADDR"
@@ -125,7 +224,7 @@ class CommonOptions:
         None,
         type=float,
         metavar="GIB",
-        above=0,
+        gt=0,
     )
     precision: Precision = option(
         "--precision",
@@ -146,7 +245,7 @@ class CommonOptions:
         {},
         "table",
     )
-    action_kind: ActionKind | None = option(
+    action_kind: ActionKindOption | None = option(
         "--action-kind",
         "for an ONNX graph that cannot say: its head is discrete logits or continuous actions",
         None,
@@ -166,30 +265,47 @@ class CommonOptions:
         metavar="PATH",
     )
 
+    if TYPE_CHECKING:
+        # Each command declares its own --inject-fault: their help differs.
+        inject_fault: list[Fault]
+
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        """The config as a run records it (the runs table's config_json, what --resume reads
+        back): every option by its TOML key, each spec as its text."""
+        return json.dumps(self.model_dump(mode="json"), sort_keys=True)
+
+    # The names the run reads (harness/sweep, harness/bench), where they differ from the keys.
+    @property
+    def common(self) -> CommonOptions:
+        """What a sweep and a bench both run with: this config."""
+        return self
+
+    @property
+    def faults(self) -> list[Fault]:
+        return self.inject_fault
+
+    @property
+    def recorded(self) -> str:
+        return self.to_json()
 
 
-@dataclass
 class SweepConfig(CommonOptions):
     """`harness sweep`: validate policies on every card against each other and the CPU."""
 
-    episodes: int | Literal["auto"] = option(
+    episodes: Annotated[int | Literal["auto"], BeforeValidator(episode_count)] = option(
         "--episodes",
         "seeded episodes per mode (deterministic, stochastic) and dtype, for every policy with an environment; auto: "
         "rounds of episodes until every closed-loop verdict is conclusive or a cap is reached (--auto-max-episodes, "
         "--auto-max-seconds)",
         4,
         metavar="N|auto",
-        parse=episode_count,
     )
-    return_margin: str = option(
+    return_margin: Annotated[Margin, BeforeValidator(_margin), PlainSerializer(_margin_text)] = option(
         "--return-margin",
         "how much lost return matters to a closed-loop verdict: a fraction of the environment's per-episode spread "
         "(0.5std), or a return (10)",
         "0.5std",
         metavar="Fstd|RETURN",
-        parse=return_margin,
     )
     require_conclusive: bool = option(
         "--require-conclusive",
@@ -204,7 +320,7 @@ class SweepConfig(CommonOptions):
         1000,
         type=int,
         metavar="N",
-        at_least=1,
+        ge=1,
     )
     auto_max_seconds: float = option(
         "--auto-max-seconds",
@@ -212,7 +328,7 @@ class SweepConfig(CommonOptions):
         600.0,
         type=float,
         metavar="S",
-        above=0,
+        gt=0,
     )
     episode_batching: EpisodeBatching = option(
         "--episode-batching",
@@ -220,14 +336,14 @@ class SweepConfig(CommonOptions):
         "lockstep",
         choices=EPISODE_BATCHINGS,
     )
-    tolerance: list[str] = option(
+    tolerance: list[TypedTolerance] = option(
         "--tolerance",
         "DTYPE=ATOL,RTOL: the atol/rtol table for a dtype, which then gates every output; repeatable",
         [],
         "append",
         metavar="DTYPE=ATOL,RTOL",
     )
-    ratio_limits: list[float] = option(
+    ratio_limits: Annotated[RatioLimits, BeforeValidator(_ratio_limits), PlainSerializer(_ratio_limits_list)] = option(
         "--ratio-limits",
         "the port rule's limits on error_ratio and max_ratio for >= 1000, >= 100 and fewer elements",
         [3.0, 5.0, 10.0],
@@ -256,7 +372,7 @@ class SweepConfig(CommonOptions):
         False,
         "on",
     )
-    inject_fault: list[str] = option(
+    inject_fault: list[TypedFault] = option(
         "--inject-fault",
         f"fault for negative tests, card<N>:KIND or all:KIND; KIND: {kinds_help()}; repeatable",
         [],
@@ -271,10 +387,10 @@ class SweepConfig(CommonOptions):
         60.0,
         type=float,
         metavar="S",
-        above=0,
+        gt=0,
     )
     placement: Strategy = option("--placement", "placement group strategy", "PACK", choices=PLACEMENT_STRATEGIES)
-    keep_float32: str | None = option(
+    keep_float32: Annotated[KeptFloat32 | None, BeforeValidator(_kept_float32), PlainSerializer(_kept_path)] = option(
         "--keep-float32",
         "a precision plan `harness diagnose` wrote: its layers computed in float32 on every card, each planned dtype "
         "judged as any dtype under a label such as float16+fp32[body.0]",
@@ -288,23 +404,50 @@ class SweepConfig(CommonOptions):
         None,
         metavar="RUN_ID",
     )
+    _started_at: str | None = PrivateAttr(None)
+
+    @property
+    def margin(self) -> Margin:
+        return self.return_margin
+
+    @property
+    def tolerances(self) -> dict[str, Tolerance]:
+        """The user's tolerance table by dtype (--tolerance DTYPE=ATOL,RTOL)."""
+        return dict(self.tolerance)
+
+    @property
+    def limits(self) -> RatioLimits:
+        return self.ratio_limits
+
+    @property
+    def published_gates(self) -> bool:
+        """A published score falling short fails the run (--published-return gate)."""
+        return self.published_return == "gate"
+
+    @property
+    def kept(self) -> Mapping[tuple[str, str], tuple[str, ...]]:
+        """--keep-float32: (policy, dtype) -> the layers computed in float32."""
+        return {} if self.keep_float32 is None else self.keep_float32.kept
+
+    @property
+    def started_at(self) -> str | None:
+        """A resumed run's start, as its runs row has it; None for a new run (it starts now)."""
+        return self._started_at
 
 
-@dataclass
 class BenchConfig(CommonOptions):
     """`harness bench`: latency, throughput across cards, closed-loop decisions/s, the server scenario."""
 
     dtypes: list[str] = redefault(CommonOptions, "dtypes", ["float32"])
-    batch_sizes: list[int] = redefault(CommonOptions, "batch_sizes", [1, 8, 256, 4096])
-    card_counts: list[int] | None = option(
+    batch_sizes: list[Count] = redefault(CommonOptions, "batch_sizes", [1, 8, 256, 4096])
+    card_counts: list[Count] | None = option(
         "--card-counts",
         "comma-separated card counts to measure throughput at (default: 1 and --cards)",
         None,
         "csv",
         int,
         metavar="K,K",
-        at_least=1,
-        nonempty=True,
+        min_length=1,
     )
     windows: int = option(
         "--windows",
@@ -313,7 +456,7 @@ class BenchConfig(CommonOptions):
         12,
         type=int,
         metavar="N",
-        at_least=1,
+        ge=1,
     )
     window: float = option(
         "--window",
@@ -321,10 +464,10 @@ class BenchConfig(CommonOptions):
         0.15,
         type=float,
         metavar="S",
-        above=0,
+        gt=0,
     )
     min_iterations: int = option(
-        "--min-iterations", "calls per window at least, however long they take", 10, type=int, metavar="N", at_least=1
+        "--min-iterations", "calls per window at least, however long they take", 10, type=int, metavar="N", ge=1
     )
     max_spread: float = option(
         "--max-spread",
@@ -332,7 +475,7 @@ class BenchConfig(CommonOptions):
         0.25,
         type=float,
         metavar="F",
-        above=0,
+        gt=0,
     )
     duration: float | None = option(
         "--duration",
@@ -341,7 +484,7 @@ class BenchConfig(CommonOptions):
         None,
         type=float,
         metavar="S",
-        above=0,
+        gt=0,
     )
     latency_bound_ms: float = option(
         "--latency-bound-ms",
@@ -349,7 +492,7 @@ class BenchConfig(CommonOptions):
         20.0,
         type=float,
         metavar="MS",
-        above=0,
+        gt=0,
     )
     min_queries: int = option(
         "--min-queries",
@@ -357,9 +500,9 @@ class BenchConfig(CommonOptions):
         400,
         type=int,
         metavar="N",
-        at_least=1,
+        ge=1,
     )
-    inject_fault: list[str] = option(
+    inject_fault: list[TypedFault] = option(
         "--inject-fault",
         f"fault in the timed path only, card<N>:KIND or all:KIND; KIND: {kinds_help(Strikes.POLICY)}; the audit "
         "against the sweep's path must then fail; repeatable",
@@ -378,7 +521,7 @@ class BenchConfig(CommonOptions):
 
 def config_from_args(args: argparse.Namespace, config_type: type[Config]) -> Config:
     """The command's config from its parsed flags and `--config` file, validated."""
-    return validate(config_type(**values_from_args(args, config_type)))
+    return validate(config_from(config_type, given_by_args(args, config_type)))
 
 
 def csv(values: list[Any]) -> str:
@@ -386,12 +529,9 @@ def csv(values: list[Any]) -> str:
 
 
 def validate(config: Config) -> Config:
-    """Reject bad values up front, with the bad value and what it may be: first each option by
-    its own choices and bounds, then what options say about each other. The specs are checked
-    where they are parsed, into the command's plan (harness/config/command_plan.py)."""
-    for f in dataclasses.fields(config):
-        meta_of(f).check(getattr(config, f.name))
-    check_results_folder(Path(config.results))
+    """Reject what options say about each other up front, with the bad value and what it may be
+    (each option's own type, choices, bounds and spec were checked as the model was made)."""
+    check_results_folder(config.results)
     if config.junit_xml is not None:
         check_output_file(Path(config.junit_xml), "--junit-xml")
     if config.run_id is not None:
@@ -411,6 +551,14 @@ def _validate_sweep(config: SweepConfig) -> None:
         raise UsageError("--require-published-return and --published-return finding contradict each other: give one")
     if config.resume is not None:
         check_run_id(config.resume, "--resume")
+    for policy, dtype in config.kept:
+        if policy not in config.policies or dtype not in config.dtypes:
+            assert config.keep_float32 is not None
+            raise UsageError(
+                f"--keep-float32 {config.keep_float32.path}: its plan for {policy} {dtype} does not apply to this sweep "
+                f"(--policy {' '.join(config.policies)}, --dtypes {','.join(config.dtypes)}); a plan never applied "
+                "never passes"
+            )
 
 
 def _validate_bench(config: BenchConfig) -> None:

@@ -72,6 +72,20 @@ class Plan:
         return {(p.policy, p.dtype): p.layers for p in self.plans}
 
 
+@dataclass(frozen=True)
+class KeptFloat32:
+    """`--keep-float32 PLAN`: the plan file as given, and the layers it keeps by (policy, dtype)."""
+
+    path: str
+    kept: Mapping[tuple[str, str], tuple[str, ...]]
+
+    @staticmethod
+    def read(path: str) -> KeptFloat32:
+        """ValueError for a plan that keeps nothing (see `Plan.kept`); UsageError for a file that
+        is no plan."""
+        return KeptFloat32(path, read_plan(Path(path)).kept())
+
+
 def write_plan(path: Path, plan: Plan) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"version": PLAN_VERSION, **asdict(plan)}, indent=2) + "\n")

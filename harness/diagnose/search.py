@@ -106,11 +106,17 @@ def rerun_plan(config: SweepConfig, results: Path, address: str | None, policies
     """The run's configuration, planned for running some of its units again (a diagnosis step, a
     repro) on `policies`: the run's dtypes and faults (each unit says its own dtype), its precision
     plan where `keep_plan`, nothing written under the run's id, on `address` where given, else the run's."""
-    step = SweepConfig(**json.loads(config.to_json()))
-    step.policies, step.run_id, step.progress = policies, None, False
-    step.results, step.resume = str(results), None
-    step.keep_float32 = config.keep_float32 if keep_plan else None
-    step.address = address if address is not None else config.address
+    step = config.model_copy(
+        update={
+            "policies": policies,
+            "run_id": None,
+            "progress": False,
+            "results": results,
+            "resume": None,
+            "keep_float32": config.keep_float32 if keep_plan else None,
+            "address": address if address is not None else config.address,
+        }
+    )
     return sweep_plan(validate(step))
 
 

@@ -160,7 +160,7 @@ def repro(results: Path, run_id: str, wanted: Wanted, address: str | None, copy_
         "command": run["command"],
     }
     (folder / "manifest.json").write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    shutil.copyfile(Path(__file__).with_name("repro_script.py"), folder / "repro.py")
+    shutil.copyfile(Path(__file__).with_name("script.py"), folder / "repro.py")
     print(
         f"{row['kind']} {row['device_a']} {row['policy']} {row['dtype']} {row['workload']} {row['output']}: "
         f"{'FAIL again' if not rerun.passed else 'PASS, unlike the run'} on this rerun"
