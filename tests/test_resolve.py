@@ -53,17 +53,19 @@ def test_a_sweep_without_episodes_checks_no_environment(tmp_path: Path) -> None:
     bad = SweepConfig(policies=["huggy-arch"], env="CartPole-v1", accelerator="cpu", results=str(tmp_path))
     with pytest.raises(UsageError, match="does not fit policy huggy-arch"):
         resolve(sweep_plan(validate(bad)))
-    bad.episodes = 0
-    assert resolve(sweep_plan(validate(bad))).envs == {}
+    assert resolve(sweep_plan(validate(bad.model_copy(update={"episodes": 0})))).envs == {}
 
 
 def test_complete_holds_the_plan_to_the_cards_the_cluster_gives(tmp_path: Path) -> None:
     """With --address and no --cards, only the cluster can say how many cards the run gets: a
     fault beyond them, or more memory than that many cards have, is refused once it says."""
     config = SweepConfig(
-        policies=["cartpole"], accelerator="cpu", address="127.0.0.1:1", inject_fault=["card2:perturb-weight"]
+        policies=["cartpole"],
+        accelerator="cpu",
+        address="127.0.0.1:1",
+        inject_fault=["card2:perturb-weight"],
+        results=str(tmp_path),
     )
-    config.results = str(tmp_path)
     resolved = resolve(sweep_plan(validate(config)))  # the cluster is not asked: nothing to count yet
     assert (resolved.cards.asked, resolved.cards.count) == (None, None)
     complete(resolved, 3)
@@ -71,7 +73,7 @@ def test_complete_holds_the_plan_to_the_cards_the_cluster_gives(tmp_path: Path) 
         complete(resolved, 2)
 
     one, many = (estimate(resolved.plan, resolved.policies, n).total for n in (1, 64))
-    config.inject_fault, config.max_memory_gib = [], (one + many) / 2 / GIB
+    config = SweepConfig(**{**config.model_dump(), "inject_fault": [], "max_memory_gib": (one + many) / 2 / GIB})
     bounded = resolve(sweep_plan(validate(config)))  # held to one card before Ray starts: it fits
     complete(bounded, 3)
     with pytest.raises(UsageError, match=r"the plan needs about .* more than --max-memory"):
