@@ -70,7 +70,7 @@ def test_a_restart_is_given_a_placement_twice_the_longest_start_or_the_hang_time
 def test_the_reference_comes_after_the_cards_and_each_card_is_asked_its_run_and_its_whole_batch() -> None:
     from harness.sweeps.dispatch import Role, Submitted
 
-    job = Submitted(unit=None, cards=["a0", "a1"], references={Role.GOLDEN: "g", Role.SAME: "s"}, inside=["w0", "w1"])
+    job = Submitted(unit=None, cards={0: "a0", 1: "a1"}, references={Role.GOLDEN: "g", Role.SAME: "s"}, inside=["w0", "w1"])
     assert shares_of(job, reference=2) == {0: ["a0", "w0"], 1: ["a1", "w1"], 2: ["g", "s"]}
     assert _watch(2, 1.0).reference == 2
 
