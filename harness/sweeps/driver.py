@@ -293,7 +293,7 @@ def unit_rules(plan: SweepPlan, unit: Unit, policy: PolicyNet) -> Rules:
         scores=head_name(policy),
         masked=policy.info.masked,
         branches=policy.info.branches,
-        layers=layer_modules(policy) if isinstance(unit.work, LocateWork) else {},
+        layers=layer_modules(policy),
     )
 
 
