@@ -56,8 +56,8 @@ class PolicyActor:
         strike(self.faults, self.fault_marker)
         return produced(self.runner, self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching))
 
-    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
-        return self.runner.capture(key, dtype, obs)
+    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> Produced[dict[str, np.ndarray]]:
+        return produced(self.runner, self.runner.capture(key, dtype, obs))
 
     def export(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> bytes:
         return self.runner.export(key, dtype, obs, noise)

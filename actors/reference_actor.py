@@ -51,8 +51,8 @@ class ReferenceActor:
         finally:
             self._seconds[f"episodes {dtype}{' honest replay' if honest else ''}"] += time.perf_counter() - start
 
-    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
-        return self.runner.capture(key, dtype, obs)
+    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> Produced[dict[str, np.ndarray]]:
+        return produced(self.runner, self.runner.capture(key, dtype, obs))
 
     def compute_seconds(self) -> dict[str, float]:
         return dict(self._seconds)

@@ -19,7 +19,18 @@ from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
 from harness.cluster.place import Placed, Placement
 from tests.builders import described
-from harness.sweeps.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, plan_inputs, plan_units
+from harness.sweeps.plan import (
+    BatchWork,
+    EpisodeWork,
+    InvarianceWork,
+    LoaderWork,
+    LocateWork,
+    Search,
+    Unit,
+    plan_inputs,
+    plan_units,
+)
+from harness.workloads import make_batch
 from tests.helpers import REPO
 
 
@@ -88,11 +99,34 @@ def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_re
     assert len(shared) == 0, "every shared ref is dropped after its last reader"
 
 
+def test_a_layer_search_asks_only_the_actors_it_compares_for_their_captures() -> None:
+    batch = make_batch(load_policy("cartpole").info, "normal", 8, 0)
+    placement, calls = _placement(cards=3)
+    asked = {}
+    for search in Search:
+        work = LocateWork(search, batch, None if search == Search.OVERFLOW else 2)
+        job = submit(placement, Unit("u", "cartpole", "float16", work), SharedRefs())
+        asked[search] = (list(job.cards), list(job.references), job.shared)
+    assert asked == {
+        Search.CROSS_CARD: ([2, 0], [], []),
+        Search.PORT: ([2], [Role.SAME, Role.GOLDEN], []),
+        Search.OVERFLOW: ([], [Role.SAME, Role.GOLDEN], []),
+        Search.NONFINITE: ([2], [Role.GOLDEN], []),
+    }
+    # The cards capture in their dtype; the CPU in the card's dtype and the float64 golden.
+    assert set(calls) == {
+        ("card2", "capture", "cartpole", "float16", "tuple"),
+        ("card0", "capture", "cartpole", "float16", "tuple"),
+        ("reference", "capture", "cartpole", "float16", "tuple"),
+        ("reference", "capture", "cartpole", "float64", "tuple"),
+    }
+
+
 NEW_WORK = (
     "harness/sweeps/plan.py",
-    "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork",
+    "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | LocateWork",
     "@dataclass(frozen=True)\nclass NewWork:\n    name: str = 'new'\n    input_sha256: str = ''\n\n\n"
-    "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | NewWork",
+    "Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | LocateWork | NewWork",
     "harness/sweeps/dispatch.py",
     2,  # submit and judge
 )

@@ -71,7 +71,7 @@ def test_a_restart_is_given_a_placement_twice_the_longest_start_or_the_hang_time
 def test_the_reference_comes_after_the_cards_and_each_card_is_asked_its_run_and_its_whole_batch() -> None:
     from harness.sweeps.dispatch import Role, Submitted
 
-    job = Submitted(unit=None, cards=["a0", "a1"], references={Role.GOLDEN: "g", Role.SAME: "s"}, inside=["w0", "w1"])
+    job = Submitted(unit=None, cards={0: "a0", 1: "a1"}, references={Role.GOLDEN: "g", Role.SAME: "s"}, inside=["w0", "w1"])
     assert shares_of(job, reference=2) == {0: ["a0", "w0"], 1: ["a1", "w1"], 2: ["g", "s"]}
     assert _watch(2, 1.0).reference == 2
 
@@ -138,3 +138,35 @@ def test_a_version_mismatch_names_both_versions_and_the_fix() -> None:
         join_refusal("h:1", ConnectionError("Failed to connect\nmore"))
         == "cannot join the Ray cluster at h:1: Failed to connect"
     )
+
+
+def test_a_layer_search_the_cpu_reference_fails_is_noted_where_other_work_ends_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import ray
+
+    from harness.judge.golden import RatioLimits
+    from harness.judge.verdicts import Rules, tolerance_of
+    from harness.policies import load_policy
+    from harness.sweeps import gather
+    from harness.sweeps.dispatch import Located, Role, Submitted, judge
+    from harness.sweeps.gather import RunIncomplete
+    from harness.sweeps.plan import BatchWork, LocateWork, Search, Unit
+    from harness.workloads import make_batch
+
+    def fails(refs: Any) -> Any:
+        raise ray.exceptions.RayError("boom")
+
+    monkeypatch.setattr(gather.ray, "get", fails)
+    monkeypatch.setattr(gather, "node_alive", lambda node_id: True)
+    watch = _watch(cards=1, hang_timeout_s=60.0)
+    batch = make_batch(load_policy("cartpole").info, "normal", 8, 0)
+    search = Unit("s", "cartpole", "float16", LocateWork(Search.OVERFLOW, batch, None))
+    job = Submitted(search, {}, {Role.SAME: "same", Role.GOLDEN: "golden"})
+    got, _ = gather._gathered(job, watch, shares_of(job, watch.reference))
+    assert got.failed == {"cpu": "boom"} and got.references == {}
+    rules = Rules("float16", RatioLimits(), *tolerance_of("float16", {}), frozenset())
+    assert judge(search, rules, False, got).located == Located("overflow search failed: boom")
+    batch_job = Submitted(Unit("b", "cartpole", "float16", BatchWork(batch)), {}, {Role.GOLDEN: "golden"})
+    with pytest.raises(RunIncomplete, match="failed for good"):
+        gather._gathered(batch_job, watch, shares_of(batch_job, watch.reference))

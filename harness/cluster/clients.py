@@ -52,7 +52,7 @@ class PolicyClient(SweepClient):
     ) -> ObjectRef[Produced[list[EpisodeOutput]]]:
         return self.handle.run_episodes.remote(key, dtype, env, seeds, stochastic, batching)
 
-    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> ObjectRef[dict[str, np.ndarray]]:
+    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> ObjectRef[Produced[dict[str, np.ndarray]]]:
         return self.handle.capture.remote(key, dtype, obs)
 
     def export(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[bytes]:
@@ -70,7 +70,7 @@ class ReferenceClient(SweepClient):
     ) -> ObjectRef[Produced[list[EpisodeOutput]]]:
         return self.handle.run_episodes.remote(key, dtype, env, seeds, stochastic, batching, honest)
 
-    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> ObjectRef[dict[str, np.ndarray]]:
+    def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> ObjectRef[Produced[dict[str, np.ndarray]]]:
         return self.handle.capture.remote(key, dtype, obs)
 
     def compute_seconds(self) -> ObjectRef[dict[str, float]]:

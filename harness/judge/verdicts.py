@@ -132,6 +132,8 @@ class Rules:
     """The policy chooses among the actions a mask allows: every card's actions are checked against it."""
     branches: tuple[int, ...] = ()
     """A multi-discrete policy's branches: its scores and masks split so, its actions one per branch."""
+    layers: Mapping[str, str] = field(default_factory=dict)
+    """The policy's leaf layers as a layer search names them, e.g. {"body.0": "Linear(4, 64)"}."""
 
     def per_action(self, values: np.ndarray, fill: float | bool) -> np.ndarray:
         """Scores or masks (rows, actions) as its actions index them: split by branch (`by_branch`) where it has several."""

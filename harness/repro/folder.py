@@ -113,7 +113,7 @@ def repro(results: Path, run_id: str, wanted: Wanted, address: str | None, copy_
     if gathered is None or row["device_a"] not in gathered[0].cards:
         raise InfrastructureError(f"{row['device_a']} did not compute {unit.workload} again")
     got = gathered[0]
-    checks, _ = judge(unit, unit_rules(step, unit, policy), step.require_batch_invariance, got)
+    checks = judge(unit, unit_rules(step, unit, policy), step.require_batch_invariance, got).checks
     rerun = next(
         c
         for c in checks

@@ -12,6 +12,10 @@ the last unit that reads it has been judged, so the object store holds what is s
 not the whole sweep. A unit sent again (its results came from two places: an actor that moved)
 shares nothing, so all of it is computed anew where the actors are now.
 
+A batch unit the judge failed is followed by layer searches (`LocateWork`, named by
+harness/sweeps/localize.py): each asks only the actors it compares for every layer's output on
+the same batch, and its judge says where the failure began (`Located`).
+
 What comes back from an actor is `Produced`: the value and where it was computed. Gathering
 (harness/sweeps/gather.py) unwraps it; `judge` sees the values.
 """
@@ -24,10 +28,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar, assert_never
 
+import numpy as np
 import ray
 
 from harness.dtypes import base_dtype
 from harness.envs.spec import EnvSpec
+from harness.judge.localize import (
+    FirstNonFinite,
+    first_divergent_layer,
+    first_layer_off_golden,
+    first_nonfinite_layer,
+    first_overflow_layer,
+)
 from harness.judge.verdicts import (
     HONEST,
     REFERENCE,
@@ -42,7 +54,7 @@ from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import GOLDEN_DTYPE
 from harness.policies.base import ACTION_MASK, EPISODE_START
 from harness.cluster.place import Placement
-from harness.sweeps.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
+from harness.sweeps.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, LocateWork, Search, Unit
 from harness.store.schema import CheckRow, EpisodeRow
 from harness.workloads import ObsBatch
 
@@ -85,11 +97,12 @@ class SharedRefs:
 
 @dataclass
 class Submitted:
-    """A unit in flight: one ref per card in card order (none for a loader unit), each card's run
-    of the whole batch for a batch-invariance unit, and the references by role."""
+    """A unit in flight: one ref per card by its place in the card order (none for a loader unit;
+    only the cards it compares for a layer search), each card's run of the whole batch for a
+    batch-invariance unit, and the references by role."""
 
     unit: Unit
-    cards: list[ray.ObjectRef]
+    cards: dict[int, ray.ObjectRef]
     references: dict[Role, ray.ObjectRef]
     inside: list[ray.ObjectRef] = field(default_factory=list)
     shared: list[Hashable] = field(default_factory=list)
@@ -98,18 +111,40 @@ class Submitted:
 @dataclass
 class Gathered:
     """What came back for a unit: each card's result by label (those that produced one), the
-    invariance unit's whole-batch outputs by label, the references by role."""
+    invariance unit's whole-batch outputs by label, the references by role; the label each card
+    asked answered under, by its place in the card order, and why each that produced nothing did
+    (a layer search's CPU reference among them)."""
 
     cards: dict[str, Any]
     inside: dict[str, Outputs]
     references: dict[Role, Any]
+    lanes: dict[int, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Located:
+    """What a layer search found: the note its batch's failing rows take, or where a card's first
+    NaN or inf appeared (a finding row of its own)."""
+
+    note: str = ""
+    nonfinite: FirstNonFinite | None = None
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A unit's checks and episode rows; a layer search's finding instead."""
+
+    checks: list[Check] = field(default_factory=list)
+    episodes: list[EpisodeRow] = field(default_factory=list)
+    located: Located | None = None
 
 
 def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submitted:
     """Send `unit` to every card and to the CPU reference; with `shared` None, reuse nothing."""
     work, dtype, cards = unit.work, base_dtype(unit.dtype), [card.actor for card in placement.cards]
     reference = placement.reference.actor
-    job = Submitted(unit, [], {})
+    job = Submitted(unit, {}, {})
 
     def once(key: Hashable, make: Callable[[], T]) -> T:
         if shared is None:
@@ -135,7 +170,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
 
     match work:
         case BatchWork():
-            job.cards = whole_batch(work)
+            job.cards = dict(enumerate(whole_batch(work)))
             job.references = {
                 Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
@@ -143,7 +178,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
             }
         case InvarianceWork():
             obs, noise = tuple(o[: work.rows] for o in work.batch.obs), work.batch.noise[: work.rows]
-            job.cards = [c.run_batch(unit.policy, dtype, obs, noise) for c in cards]
+            job.cards = {i: c.run_batch(unit.policy, dtype, obs, noise) for i, c in enumerate(cards)}
             job.inside = whole_batch(work)
         case LoaderWork():
             onnx_key = ("reference", unit.policy, work.input_sha256, "onnx")
@@ -153,11 +188,31 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
                 Role.ONNX: once(onnx_key, lambda: reference.run_onnx(unit.policy, work.batch.obs)),
             }
         case EpisodeWork():
-            job.cards = [c.run_episodes(unit.policy, dtype, *episode_args(work)) for c in cards]
+            job.cards = {i: c.run_episodes(unit.policy, dtype, *episode_args(work)) for i, c in enumerate(cards)}
             job.references = {Role.FLOAT32: reference_episodes(work, False), Role.HONEST: reference_episodes(work, True)}
+        case LocateWork():
+            job.cards = {i: cards[i].capture(unit.policy, dtype, work.batch.obs) for i in compared_cards(work)}
+            as_dtype = {Role.SAME: unit.dtype, Role.GOLDEN: GOLDEN_DTYPE}
+            job.references = {r: reference.capture(unit.policy, as_dtype[r], work.batch.obs) for r in HELD_TO[work.search]}
         case _:
             assert_never(work)
     return job
+
+
+# What a layer search holds its card (or, for an overflow, the CPU in the dtype) to, from the CPU reference.
+HELD_TO = {
+    Search.CROSS_CARD: (),  # card 0
+    Search.PORT: (Role.SAME, Role.GOLDEN),
+    Search.OVERFLOW: (Role.SAME, Role.GOLDEN),
+    Search.NONFINITE: (Role.GOLDEN,),
+}
+
+
+def compared_cards(work: LocateWork) -> tuple[int, ...]:
+    """The cards a layer search captures, by their place in the card order: the searched one first."""
+    if work.card is None:
+        return ()
+    return (work.card, 0) if work.search == Search.CROSS_CARD else (work.card,)
 
 
 def episode_args(work: EpisodeWork) -> tuple[EnvSpec, list[int], bool, str]:
@@ -165,29 +220,74 @@ def episode_args(work: EpisodeWork) -> tuple[EnvSpec, list[int], bool, str]:
     return work.env, list(work.seeds), work.stochastic, work.batching
 
 
-def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathered) -> tuple[list[Check], list[EpisodeRow]]:
-    """The checks of one unit from what its actors returned, and its episode rows."""
+def judge(unit: Unit, rules: Rules, require_batch_invariance: bool, got: Gathered) -> Judged:
+    """The checks of one unit from what its actors returned, and its episode rows; a layer
+    search's finding."""
     work, refs = unit.work, got.references
     match work:
         case BatchWork():
             step_inputs = work.batch.step_input(ACTION_MASK), work.batch.step_input(EPISODE_START)
-            return judge_batch(
-                rules, work.batch.noise, got.cards, refs[Role.GOLDEN], refs[Role.SAME], refs[Role.FLOAT32], *step_inputs
-            ), []
+            return Judged(
+                judge_batch(
+                    rules, work.batch.noise, got.cards, refs[Role.GOLDEN], refs[Role.SAME], refs[Role.FLOAT32], *step_inputs
+                )
+            )
         case InvarianceWork():
             rows = {
                 label: (alone, {name: value[: work.rows] for name, value in got.inside[label].items()})
                 for label, alone in got.cards.items()
                 if label in got.inside
             }
-            return judge_batch_invariance(rows, require_batch_invariance), []
+            return Judged(judge_batch_invariance(rows, require_batch_invariance))
         case LoaderWork():
-            return judge_onnx(rules, refs[Role.ONNX], refs[Role.FLOAT32], refs[Role.GOLDEN]), []
+            return Judged(judge_onnx(rules, refs[Role.ONNX], refs[Role.FLOAT32], refs[Role.GOLDEN]))
         case EpisodeWork():
             checks, steps = judge_episodes(got.cards, refs[Role.FLOAT32], refs[Role.HONEST], rules.masked)
-            return checks, episode_rows(unit, work, got.cards, refs[Role.FLOAT32], refs[Role.HONEST], steps)
+            return Judged(checks, episode_rows(unit, work, got.cards, refs[Role.FLOAT32], refs[Role.HONEST], steps))
+        case LocateWork():
+            return Judged(located=locate(work, rules, got))
         case _:
             assert_never(work)
+
+
+# What a layer search's note says where one of its actors produced nothing.
+FAILED_SEARCH = {
+    Search.CROSS_CARD: "layer search failed",
+    Search.PORT: "layer search failed",
+    Search.OVERFLOW: "overflow search failed",
+    Search.NONFINITE: "first-NaN search failed",
+}
+
+
+def locate(work: LocateWork, rules: Rules, got: Gathered) -> Located:
+    """Where a batch's failure began, from every layer's output on the same batch: the first layer
+    where the card parts from card 0, or leaves the golden by the port rule; where the CPU in the
+    dtype first overflows (named with the batch it was found on); where the card's first NaN or
+    inf appeared."""
+    if got.failed:
+        return Located(f"{FAILED_SEARCH[work.search]}: {next(iter(got.failed.values()))}")
+    refs, modules = got.references, rules.layers
+    mine = got.cards[got.lanes[work.card]] if work.card is not None else {}
+    match work.search:
+        case Search.CROSS_CARD:
+            divergence = first_divergent_layer(mine, got.cards[got.lanes[0]], modules=modules)
+        case Search.PORT:
+            same, golden = refs[Role.SAME], refs[Role.GOLDEN]
+            divergence = first_layer_off_golden(mine, same, golden, rules.dtype, rules.limits, modules=modules)
+        case Search.OVERFLOW:
+            overflow = first_overflow_layer(refs[Role.SAME], refs[Role.GOLDEN], modules=modules)
+            note = overflow.describe(rules.dtype) if overflow else "no layer overflows on a second run"
+            return Located(f"{note} (as found on {work.batch.name})")
+        case Search.NONFINITE:
+            # The normalizer's input, or the first input where a policy takes several: the batch as it went in.
+            observations = np.concatenate([o.reshape(len(o), -1) for o in work.batch.obs], axis=1).astype(np.float64)
+            finding = first_nonfinite_layer(mine, refs[Role.GOLDEN], observations, modules=modules)
+            if finding is None:
+                return Located("no layer is NaN or inf on a second run: the non-finite output did not repeat")
+            return Located(nonfinite=finding)
+        case _:
+            assert_never(work.search)
+    return Located(divergence.describe() if divergence else "no layer differs on a second run: the mismatch did not repeat")
 
 
 def check_row(check: Check, *, unit_id: str, policy: str, dtype: str, workload: str, input_sha256: str) -> CheckRow:

@@ -25,10 +25,10 @@ from tqdm import tqdm
 
 from harness.dtypes import reduced_label
 from harness.errors import InfrastructureError, UsageError
+from harness.inference.capture import layer_modules
 from harness.inference.forward import head_name
 from harness.inference.runner import Described
 from harness.judge.imports import import_ahead
-from harness.judge.kinds import CheckKind
 from harness.judge.outcome import Gating, RunStatus, Verdict, finished_status, run_verdict
 from harness.judge.verdicts import Rules, tolerance_of
 from harness.policies import PolicyNet
@@ -37,11 +37,11 @@ from harness.sweeps.dispatch import SharedRefs, check_row, judge, submit
 from harness.sweeps.gather import RunIncomplete, Watch, gather
 from harness.sweeps.closed_loop import ClosedLoop
 from harness.config.command_plan import SweepPlan
-from harness.sweeps.localize import localize_failures, localize_nonfinite, localize_overflow
+from harness.sweeps.localize import Searches
 from harness.cluster.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.cluster.phases import Phases
 from harness.cluster.place import Placement, place_sweep
-from harness.sweeps.plan import BatchWork, EpisodeWork, Inputs, Unit, plan_inputs, plan_units
+from harness.sweeps.plan import BatchWork, EpisodeWork, Inputs, LocateWork, Unit, plan_inputs, plan_units
 from harness.sweeps.resolve import Resolved, complete
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
@@ -302,6 +302,7 @@ def unit_rules(plan: SweepPlan, unit: Unit, policy: PolicyNet) -> Rules:
         scores=head_name(policy),
         masked=policy.info.masked,
         branches=policy.info.branches,
+        layers=layer_modules(policy),
     )
 
 
@@ -355,14 +356,14 @@ def _fan_out_and_judge(
 ) -> None:
     """Send every unit to every actor at once, then judge units in order as results arrive; a
     unit's ObjectRefs are let go once it is gathered. A unit whose results came from two nodes
-    (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. What the runs
-    summary says of it goes into `lost`; each episode unit's rows into `closed`."""
+    (an actor Ray restarted elsewhere meanwhile) is sent again, behind the rest. A batch unit
+    that failed is followed by the layer searches its rows name (harness/sweeps/localize.py),
+    sent behind the rest too, and staged once they are judged. What the runs summary says of it
+    goes into `lost`; each episode unit's rows into `closed`."""
     shared = SharedRefs()
     with phases("fanout"):
         pending = deque(watch.track(submit(placement, unit, shared)) for unit in units)
-    layers: dict[tuple[str, str, CheckKind, str], str] = {}  # (policy, dtype, kind, card) -> where it broke, once
-    overflows: dict[tuple[str, str], str] = {}  # (policy, dtype) -> where the dtype overflows, once
-    nonfinite: set[tuple[str, str, str]] = set()  # (policy, dtype, card) whose first NaN or inf is named
+    searches = Searches(policies, watch.lane_of)
     bar = tqdm(total=len(units), desc="sweep", unit="unit", disable=not plan.common.progress, file=sys.stderr)
     try:
         while pending:
@@ -376,11 +377,11 @@ def _fan_out_and_judge(
                 lost.resent += 1
                 continue
             got, errors = gathered
+            if isinstance(unit.work, LocateWork):
+                errors = []  # a search whose actor produced nothing says so in its note; no card is lost for it
             lost.dead.update(error.device_a for error in errors)
             with phases("judge"):
-                policy = policies[unit.policy]
-                rules = unit_rules(plan, unit, policy)
-                checks, episodes = judge(unit, rules, plan.require_batch_invariance, got)
+                judged = judge(unit, unit_rules(plan, unit, policies[unit.policy]), plan.require_batch_invariance, got)
                 rows = [
                     check_row(
                         c,
@@ -390,16 +391,21 @@ def _fan_out_and_judge(
                         workload=unit.workload,
                         input_sha256=unit.work.input_sha256,
                     )
-                    for c in errors + checks
+                    for c in errors + judged.checks
                 ]
-                if isinstance(unit.work, BatchWork):
-                    localize_failures(placement, watch, policy, unit, rows, rules, layers)
-                    localize_overflow(placement, watch, policy, unit, rows, overflows)
-                    localize_nonfinite(placement, watch, policy, unit, rows, nonfinite)
-            with phases("write"):
-                writer.stage_unit(unit.unit_id, rows, episodes)
-            if isinstance(unit.work, EpisodeWork):
-                closed.add(unit, episodes)
-            bar.update(1)
+            if judged.located is not None:  # a layer search: what it found goes to the rows of the batches that asked
+                searches.judged(unit, judged.located)
+            elif isinstance(unit.work, BatchWork):
+                with phases("fanout"):
+                    asked = searches.follow(unit, unit.work.batch, rows)
+                    pending += [watch.track(submit(placement, search, None)) for search in asked]
+            staged = searches.ready() if isinstance(unit.work, BatchWork | LocateWork) else [(unit, rows)]
+            for done, checks in staged:
+                episodes = judged.episodes if done is unit else []
+                with phases("write"):
+                    writer.stage_unit(done.unit_id, checks, episodes)
+                if isinstance(done.work, EpisodeWork):
+                    closed.add(done, episodes)
+                bar.update(1)
     finally:
         bar.close()

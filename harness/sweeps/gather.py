@@ -12,7 +12,8 @@ a bound and naming what was lost (`RunIncomplete`), where Ray cannot recover:
   the policies again (a CUDA build of torch on a busy 2-core machine: over 40 s);
 - an actor that hangs twice: no progress for longer than its bound (harness/sweeps/pace.py), the
   second time after the driver killed it and Ray restarted it;
-- the CPU reference failing for good: nothing is judged without it.
+- the CPU reference failing for good: nothing is judged without it (a layer search that fails
+  there is noted on the rows it would have named, as one that fails on a card is).
 
 The driver sees each actor as a lane: its shares of the units, in the order it runs them (Ray runs
 an actor's tasks in submission order). The first share is the one running; it started when the
@@ -45,7 +46,7 @@ from harness.cluster.clients import SweepClient
 from harness.sweeps.dispatch import Gathered, Submitted
 from harness.sweeps.pace import Pace, restart_bound_s
 from harness.cluster.place import Placement
-from harness.sweeps.plan import Unit
+from harness.sweeps.plan import LocateWork, Unit
 
 # How often a waiting driver looks at its actors; the placement group is a GCS call, read less
 # often, and so is an actor's progress (a call into it), only while it has work.
@@ -196,8 +197,9 @@ class Watch:
 
     def result(self, lane: int, ref: Any, unit: Unit) -> Produced[Any]:
         """What a ready ref holds. A card's failure on a node that lives is raised for the caller
-        to record; the run ends where the actor's node is gone (Ray could not bring it back) or
-        the CPU reference failed; a result lost with its node is Resend."""
+        to record, and so is the CPU reference's in a layer search; the run ends where the actor's
+        node is gone (Ray could not bring it back) or the CPU reference failed other work; a
+        result lost with its node is Resend."""
         try:
             produced: Produced[Any] = ray.get(ref)
         except ray.exceptions.ObjectLostError:  # computed, then lost with its node: compute it again
@@ -207,7 +209,7 @@ class Watch:
             running = f"{unit.policy} {unit.dtype} {unit.workload}"
             if not node_alive(watched.node_id):
                 raise RunIncomplete([Loss(watched.name, f"its {node_name(watched.node_id)} is gone", running)]) from None
-            if lane == self.reference:
+            if lane == self.reference and not isinstance(unit.work, LocateWork):
                 raise RunIncomplete([Loss(watched.name, f"failed for good ({first_line(exc)})", running)]) from None
             raise
         return produced
@@ -354,7 +356,7 @@ class Watch:
 
 def shares_of(job: Submitted, reference: int) -> dict[int, list[Any]]:
     """What `job` asked of each actor, by lane: each card its run and (invariance) its whole batch."""
-    shares = {position: [ref, *job.inside[position : position + 1]] for position, ref in enumerate(job.cards)}
+    shares = {position: [ref, *job.inside[position : position + 1]] for position, ref in job.cards.items()}
     if job.references:
         shares[reference] = list(job.references.values())
     return shares
@@ -374,24 +376,28 @@ def gather(job: Submitted, watch: Watch) -> tuple[Gathered, list[Check]] | None:
 
 
 def _gathered(job: Submitted, watch: Watch, shares: dict[int, list[Any]]) -> tuple[Gathered, list[Check]]:
-    references = _one_node([watch.result(watch.reference, ref, job.unit) for ref in shares.pop(watch.reference, [])])
+    got = Gathered({}, {}, {})
+    try:  # only a layer search's reference fails here: for other work, Watch.result ends the run
+        references = _one_node([watch.result(watch.reference, ref, job.unit) for ref in shares.pop(watch.reference, [])])
+    except ray.exceptions.RayError as exc:
+        got.failed[watch.lanes[watch.reference].label] = first_line(exc)
+        references = []
     for produced in references[:1]:
         watch.label(watch.reference, produced)
-    cards: dict[str, Any] = {}
-    inside: dict[str, Any] = {}
-    errors = []
+    got.references = {role: r.value for role, r in zip(job.references, references, strict=False)}
     for position, refs in shares.items():
         try:
             alone, *whole = _one_node([watch.result(position, ref, job.unit) for ref in refs])
         except ray.exceptions.RayError as exc:
-            label = watch.lanes[position].label
-            errors.append(error_check(label, f"{label} produced nothing: {first_line(exc)}"))
+            got.lanes[position] = watch.lanes[position].label
+            got.failed[got.lanes[position]] = first_line(exc)
             continue
-        label = watch.label(position, alone)
-        cards[label] = alone.value
+        label = got.lanes[position] = watch.label(position, alone)
+        got.cards[label] = alone.value
         if whole:
-            inside[label] = whole[0].value
-    return Gathered(cards, inside, {role: r.value for role, r in zip(job.references, references, strict=True)}), errors
+            got.inside[label] = whole[0].value
+    errors = [error_check(label, f"{label} produced nothing: {why}") for label, why in got.failed.items()]
+    return got, errors
 
 
 def _one_node(results: list[Produced[Any]]) -> list[Produced[Any]]:

@@ -1,156 +1,148 @@
-"""Where a card parts from the others or from the golden: the first layer, found by capturing
-every layer's output on both sides for the same input (the judge says which layer; this asks
-the actors to capture). Run once per failing card, dtype and kind of check; later batches that
-fail the same way name that batch's answer instead of searching again. Where the dtype itself
-overflows (the CPU in the card's dtype too), the layer where that begins, from the CPU
-reference's captures, once per policy and dtype. The captures queue behind the actors' other
-work and are waited for as any result is (harness/sweeps/gather.py)."""
+"""Where a batch unit's failure began: the layer searches that follow it, as units of their own.
+
+Once the judge has failed a batch unit's rows, `Searches.follow` names what to look for there:
+for each card that failed the port, the first layer where it parts from card 0 bit for bit or
+from the golden by the port rule; where the dtype itself overflows (the CPU in the card's dtype
+too), from the CPU reference's captures; where a card's first NaN or inf appeared. Each search is
+a `LocateWork` unit, sent and gathered as any unit is (harness/sweeps/dispatch.py,
+harness/sweeps/gather.py), so it queues behind the actors' other work and is watched as it is.
+
+A search is asked once: per failing card, dtype and kind of check (later batches that fail the
+same way name that batch's answer), per policy and dtype for the overflow, per card, policy and
+dtype for the first NaN or inf (later batches that show it add nothing). The batch unit's rows
+are held until every search they name is judged; `localized` then adds what was found: notes in
+the failing rows' `detail`, a `first_nonfinite` finding row per card. A search's unit id is a
+hash of what it computes (plan.unit_id); it is never staged on its own, so a resumed run asks
+again the searches of the batch units it runs again.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 
-import numpy as np
-import ray
-
-from harness.dtypes import base_dtype
-from harness.errors import first_line
-from harness.inference.capture import layer_modules
 from harness.judge.golden import GoldenComparison
 from harness.judge.kinds import CheckKind
-from harness.judge.localize import first_divergent_layer, first_layer_off_golden, first_nonfinite_layer, first_overflow_layer
-from harness.judge.verdicts import Check, Rules
-from harness.policies import GOLDEN_DTYPE, PolicyNet
-from harness.sweeps.dispatch import check_row
-from harness.sweeps.gather import Watch
-from harness.cluster.place import Placement
-from harness.sweeps.plan import BatchWork, Unit
+from harness.judge.verdicts import Check
+from harness.policies import PolicyNet
 from harness.store.schema import CheckRow
+from harness.sweeps.dispatch import Located, check_row
+from harness.sweeps.plan import LocateWork, Search, Unit, unit_id
+from harness.workloads import ObsBatch
 
-SEARCHED = (CheckKind.CROSS_CARD, CheckKind.CPU_REFERENCE)
+# The checks whose failures are searched, and the search each asks for.
+SEARCHED = {CheckKind.CROSS_CARD: Search.CROSS_CARD, CheckKind.CPU_REFERENCE: Search.PORT}
 # The dtype's own checks that fail on values it cannot hold: each names where the overflow began.
 OVERFLOWED = (CheckKind.TOLERANCE, CheckKind.DECISIONS)
 
 
-def localize_failures(
-    placement: Placement,
-    watch: Watch,
-    policy: PolicyNet,
-    unit: Unit,
-    rows: list[CheckRow],
-    rules: Rules,
-    found: dict[tuple[str, str, CheckKind, str], str],
-) -> None:
-    """For each card that failed the port on this batch, name the first layer where it parts:
-    from card 0 bit for bit, or from the golden by the port rule, on the same input; appended
-    to the failing rows' `detail`. Searched on the first batch that fails for a card and dtype
-    (a search reruns the forward on both sides); later batches name that batch's answer."""
-    work = unit.work
-    assert isinstance(work, BatchWork)
-    obs, dtype = work.batch.obs, base_dtype(unit.dtype)
-    modules = layer_modules(policy)
-    failing = sorted({(CheckKind(r.kind), r.device_a) for r in rows if not r.passed and r.kind in SEARCHED})
-    for kind, label in failing:
-        key = (unit.policy, unit.dtype, kind, label)
-        if key in found:
-            append_detail(rows, kind, label, found[key])
-            continue
-        what = f"the layer search of {unit.policy} {unit.dtype} {unit.workload}"
-        position = watch.lane_of(label)
-        card = watch.follow(position, [placement.cards[position].actor.capture(unit.policy, dtype, obs)], what)
-        if kind == CheckKind.CROSS_CARD:
-            others = watch.follow(0, [placement.cards[0].actor.capture(unit.policy, dtype, obs)], what)
-        else:
-            asked = [placement.reference.actor.capture(unit.policy, d, obs) for d in (unit.dtype, GOLDEN_DTYPE)]
-            others = watch.follow(watch.reference, asked, what)
-        try:
-            mine, *theirs = watch.get([*card, *others])
-        except ray.exceptions.RayError as exc:
-            note = f"layer search failed: {first_line(exc)}"
-        else:
-            if kind == CheckKind.CROSS_CARD:
-                divergence = first_divergent_layer(mine, theirs[0], modules=modules)
-            else:
-                divergence = first_layer_off_golden(mine, theirs[0], theirs[1], unit.dtype, rules.limits, modules=modules)
-            note = divergence.describe() if divergence else "no layer differs on a second run: the mismatch did not repeat"
-        found[key] = f"as found on {unit.workload}: {note}"
-        append_detail(rows, kind, label, note)
+@dataclass(frozen=True)
+class Ask:
+    """One search a batch unit's rows wait for, and the rows (by index) that take what it finds."""
+
+    search: Unit
+    rows: tuple[int, ...]
+    found_on: str = ""
+    """The workload an earlier batch asked this search on, which the note names before what was found."""
 
 
-def localize_overflow(
-    placement: Placement, watch: Watch, policy: PolicyNet, unit: Unit, rows: list[CheckRow], found: dict[tuple[str, str], str]
-) -> None:
-    """Where a batch overflows the dtype (a port row forgave it: `n_overflow`), the layer where
-    the CPU in that dtype first computes a value that is not finite, named on the forgiving port
-    rows and on the dtype's failing rows of those cards. Searched once per policy and dtype."""
-    work = unit.work
-    assert isinstance(work, BatchWork)
-    cards = {r.device_a for r in rows if _forgave_overflow(r)}
-    if not cards:
-        return
-    key = (unit.policy, unit.dtype)
-    if key not in found:
-        what = f"the overflow search of {unit.policy} {unit.dtype} {unit.workload}"
-        asked = [placement.reference.actor.capture(unit.policy, d, work.batch.obs) for d in (unit.dtype, GOLDEN_DTYPE)]
-        try:
-            acts, golden = watch.get(watch.follow(watch.reference, asked, what))
-        except ray.exceptions.RayError as exc:
-            found[key] = f"overflow search failed: {first_line(exc)}"
-        else:
-            overflow = first_overflow_layer(acts, golden, modules=layer_modules(policy))
-            note = overflow.describe(unit.dtype) if overflow else "no layer overflows on a second run"
-            found[key] = f"{note} (as found on {unit.workload})"
-    for row in rows:
-        named = _forgave_overflow(row)
-        failed = row.kind in OVERFLOWED and not row.passed
-        if row.device_a in cards and (named or failed):
-            row.note(found[key])
+@dataclass
+class Held:
+    """A judged batch unit whose rows wait for their searches."""
+
+    unit: Unit
+    rows: list[CheckRow]
+    asks: list[Ask]
 
 
-def localize_nonfinite(
-    placement: Placement, watch: Watch, policy: PolicyNet, unit: Unit, rows: list[CheckRow], found: set[tuple[str, str, str]]
-) -> None:
-    """For each card whose output on this batch holds NaN or inf where the golden's does not, a
-    `first_nonfinite` finding: the first layer, in forward order, where it appeared on that card
-    (captured there again), the input row and the layer's largest finite input. Once per card,
-    policy and dtype, on the first batch that shows it."""
-    work = unit.work
-    assert isinstance(work, BatchWork)
-    for row in [r for r in rows if _not_finite_on_card(r)]:
-        key = (unit.policy, unit.dtype, row.device_a)
-        if key in found:
-            continue
-        found.add(key)
-        what = f"the first-NaN search of {unit.policy} {unit.dtype} {unit.workload}"
-        position = watch.lane_of(row.device_a)
-        card = watch.follow(
-            position, [placement.cards[position].actor.capture(unit.policy, base_dtype(unit.dtype), work.batch.obs)], what
-        )
-        gold = watch.follow(
-            watch.reference, [placement.reference.actor.capture(unit.policy, GOLDEN_DTYPE, work.batch.obs)], what
-        )
-        try:
-            acts, golden = watch.get([*card, *gold])
-        except ray.exceptions.RayError as exc:
-            row.note(f"first-NaN search failed: {first_line(exc)}")
-            continue
-        # The normalizer's input, or the first input where a policy takes several: the batch as it went in.
-        observations = np.concatenate([o.reshape(len(o), -1) for o in work.batch.obs], axis=1).astype(np.float64)
-        finding = first_nonfinite_layer(acts, golden, observations, modules=layer_modules(policy))
-        if finding is None:
-            row.note("no layer is NaN or inf on a second run: the non-finite output did not repeat")
-            continue
-        check = Check(row.output, CheckKind.FIRST_NONFINITE, row.device_a, row.device_b, False, finding)
-        rows.append(
-            check_row(
-                check,
-                unit_id=unit.unit_id,
-                policy=unit.policy,
-                dtype=unit.dtype,
-                workload=unit.workload,
-                input_sha256=work.input_sha256,
+class Searches:
+    """The layer searches of one fan-out, each asked once, and the batch units waiting for them."""
+
+    def __init__(self, policies: Mapping[str, PolicyNet], lane_of: Callable[[str], int]) -> None:
+        """`lane_of`: a card's place in the card order, from the label its rows carry."""
+        self.policies = policies
+        self.lane_of = lane_of
+        self.asked: dict[tuple[str, str, Search, str], tuple[Unit, str]] = {}  # -> the search, the workload it was asked on
+        self.found: dict[str, Located] = {}  # by the search's unit id
+        self.held: list[Held] = []
+
+    def follow(self, unit: Unit, batch: ObsBatch, rows: list[CheckRow]) -> list[Unit]:
+        """Hold the rows of batch unit `unit` until the searches they name are judged; the searches
+        not asked before, to send."""
+        asks: list[Ask] = []
+        new: list[Unit] = []
+
+        def search(kind: Search, label: str) -> tuple[Unit, str]:
+            """The search of `kind` on card `label` ("" for the overflow: the CPU's), and the
+            workload of an earlier batch that asked it ("" where this one asks it)."""
+            key = (unit.policy, unit.dtype, kind, label)
+            if key in self.asked:
+                return self.asked[key]
+            work = LocateWork(kind, batch, self.lane_of(label) if label else None)
+            searched = Unit(unit_id(self.policies[unit.policy], unit.dtype, work), unit.policy, unit.dtype, work)
+            self.asked[key] = (searched, batch.name)
+            new.append(searched)
+            return searched, ""
+
+        for kind, label in sorted({(CheckKind(r.kind), r.device_a) for r in rows if not r.passed and r.kind in SEARCHED}):
+            searched, found_on = search(SEARCHED[kind], label)
+            failed = tuple(i for i, r in enumerate(rows) if (r.kind, r.device_a) == (kind, label) and not r.passed)
+            asks.append(Ask(searched, failed, found_on))
+        if cards := {r.device_a for r in rows if _forgave_overflow(r)}:
+            searched, _ = search(Search.OVERFLOW, "")  # its note names the batch it was found on, whichever asks
+            named = tuple(
+                i
+                for i, r in enumerate(rows)
+                if r.device_a in cards and (_forgave_overflow(r) or (r.kind in OVERFLOWED and not r.passed))
             )
-        )
+            asks.append(Ask(searched, named))
+        for i, row in enumerate(rows):
+            if _not_finite_on_card(row) and (unit.policy, unit.dtype, Search.NONFINITE, row.device_a) not in self.asked:
+                asks.append(Ask(search(Search.NONFINITE, row.device_a)[0], (i,)))
+        self.held.append(Held(unit, rows, asks))
+        return new
+
+    def judged(self, search: Unit, located: Located) -> None:
+        self.found[search.unit_id] = located
+
+    def ready(self) -> list[tuple[Unit, list[CheckRow]]]:
+        """The held batch units whose every search is judged, in the order they were held, each
+        with its rows as `localized` makes them; they are held no longer."""
+        ready: list[Held] = []
+        waiting: list[Held] = []
+        for held in self.held:
+            (ready if all(a.search.unit_id in self.found for a in held.asks) else waiting).append(held)
+        self.held = waiting
+        return [(h.unit, localized(h.unit, h.rows, h.asks, self.found)) for h in ready]
+
+
+def localized(unit: Unit, rows: list[CheckRow], asks: list[Ask], found: Mapping[str, Located]) -> list[CheckRow]:
+    """`rows` (left as they are) with what their searches found, in the order the searches were
+    asked: a note in the detail of each row an ask names; a card's first NaN or inf as a
+    `first_nonfinite` finding row, after the unit's rows."""
+    noted = [replace(row) for row in rows]
+    findings = []
+    for ask in asks:
+        located = found[ask.search.unit_id]
+        if located.nonfinite is not None:
+            [row] = [noted[i] for i in ask.rows]
+            check = Check(row.output, CheckKind.FIRST_NONFINITE, row.device_a, row.device_b, False, located.nonfinite)
+            findings.append(
+                check_row(
+                    check,
+                    unit_id=unit.unit_id,
+                    policy=unit.policy,
+                    dtype=unit.dtype,
+                    workload=unit.workload,
+                    input_sha256=unit.work.input_sha256,
+                )
+            )
+            continue
+        note = f"as found on {ask.found_on}: {located.note}" if ask.found_on else located.note
+        for i in ask.rows:
+            noted[i].note(note)
+    return noted + findings
 
 
 def _not_finite_on_card(row: CheckRow) -> bool:
@@ -166,9 +158,3 @@ def _not_finite_on_card(row: CheckRow) -> bool:
 def _forgave_overflow(row: CheckRow) -> bool:
     """A port row that judged the card where both computed finite values: the dtype overflowed."""
     return row.kind == CheckKind.CPU_REFERENCE and isinstance(row.result, GoldenComparison) and row.result.n_overflow > 0
-
-
-def append_detail(rows: list[CheckRow], kind: CheckKind, label: str, note: str) -> None:
-    for row in rows:
-        if (row.kind, row.device_a) == (kind, label) and not row.passed:
-            row.note(note)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from harness.dtypes import kept_label
 from harness.envs.renames import renamed
@@ -113,7 +114,35 @@ class EpisodeWork:
         return hashlib.sha256(f"{self.env.key}|{self.seeds}|{self.stochastic}|{self.batching}".encode()).hexdigest()
 
 
-Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork
+class Search(StrEnum):
+    """Where a batch unit's failure is looked for, layer by layer (harness/sweeps/localize.py)."""
+
+    CROSS_CARD = "cross-card"  # where a card parts from card 0 bit for bit
+    PORT = "port"  # where a card leaves the golden by the port rule
+    OVERFLOW = "overflow"  # where the CPU in the dtype first computes a value it cannot hold
+    NONFINITE = "nonfinite"  # where a card first computes NaN or inf that the golden does not
+
+
+@dataclass(frozen=True)
+class LocateWork:
+    """A follow-up of a batch unit the judge failed: every layer's output for the same batch,
+    captured on the card searched (none for an overflow: the CPU's) and on what it is held to."""
+
+    search: Search
+    batch: ObsBatch
+    card: int | None  # the searched card's place in the card order
+
+    @property
+    def name(self) -> str:
+        on = "" if self.card is None else f"-card{self.card}"
+        return f"locate-{self.search}{on}-of-{self.batch.name}"
+
+    @property
+    def input_sha256(self) -> str:
+        return self.batch.sha256
+
+
+Work = BatchWork | InvarianceWork | LoaderWork | EpisodeWork | LocateWork
 
 
 @dataclass(frozen=True)
