@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -37,6 +41,7 @@ class PolicyActor:
         self.fault_marker = Path(fault_marker)
         card = open_card(kind, ray_card_id(kind, position), precision)
         self.runner = Runner(card, policies, threads, prepare=partial(inject, faults=faults))
+        self.busy = BusyClock()
 
     def describe(self) -> Described:
         return replace(describe_runner(self.runner), position=self.position, faults=tuple(map(str, self.faults)))
@@ -46,21 +51,50 @@ class PolicyActor:
         WATCH_GROUP) while a unit runs."""
         return self.runner.steps
 
+    def busy_seconds(self) -> float:
+        """Seconds it spent computing what it was sent (BusyClock)."""
+        return self.busy.seconds
+
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
         strike(self.faults, self.fault_marker)
-        return produced(self.runner, self.runner.run_batch(key, dtype, obs, noise))
+        with self.busy():
+            return produced(self.runner, self.runner.run_batch(key, dtype, obs, noise))
 
     def run_episodes(
         self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str
     ) -> Produced[list[EpisodeOutput]]:
         strike(self.faults, self.fault_marker)
-        return produced(self.runner, self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching))
+        with self.busy():
+            return produced(self.runner, self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching))
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
-        return self.runner.capture(key, dtype, obs)
+        with self.busy():
+            return self.runner.capture(key, dtype, obs)
 
     def export(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> bytes:
-        return self.runner.export(key, dtype, obs, noise)
+        with self.busy():
+            return self.runner.export(key, dtype, obs, noise)
+
+
+class BusyClock:
+    """Seconds an actor spent computing what it was sent, in all and (where a call names it) per
+    kind of work; time waiting for work is not counted. The actor whose clock reads highest is the
+    one that sets a sweep's time (benchmarks/reference_pool.py)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.by_what: dict[str, float] = defaultdict(float)
+
+    @contextmanager
+    def __call__(self, what: str = "") -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            spent = time.perf_counter() - start
+            self.seconds += spent
+            if what:
+                self.by_what[what] += spent
 
 
 def describe_runner(runner: Runner) -> Described:

@@ -40,6 +40,10 @@ class SweepClient(ActorClient):
         """Episode steps it played so far: answered on a thread of its own while a unit runs."""
         return self.handle.progress.options(concurrency_group=WATCH_GROUP).remote()
 
+    def busy_seconds(self) -> ObjectRef[float]:
+        """Seconds it spent computing what it was sent: answered after the work sent before it."""
+        return self.handle.busy_seconds.remote()
+
 
 class PolicyClient(SweepClient):
     """A sweep's card (actors/policy_actor.py)."""

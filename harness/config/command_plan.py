@@ -81,6 +81,8 @@ class SweepPlan:
     """A published score falling short fails the run (--published-return gate)."""
     hang_timeout: float
     placement: Strategy
+    reference_pool: int | None
+    """--reference-pool: the CPU reference's actors; None: as many as the cluster's spare CPUs."""
     kept: Mapping[tuple[str, str], tuple[str, ...]]
     """--keep-float32: (policy, dtype) -> the layers computed in float32."""
     resume: str | None
@@ -163,6 +165,7 @@ def _sweep_plan(config: SweepConfig, started_at: str | None) -> SweepPlan:
         published_gates=config.published_return == "gate",
         hang_timeout=config.hang_timeout,
         placement=config.placement,
+        reference_pool=config.reference_pool,
         kept=kept,
         resume=config.resume,
         started_at=started_at,
@@ -247,9 +250,9 @@ def ratio_limits(limits: list[float]) -> RatioLimits:
 
 # What a resumed run takes from the invocation that resumes it: where its results, its cluster
 # and its JUnit file are, always; and where given, what changes no unit's outcome (how long an
-# actor may take, the memory guard).
+# actor may take, the memory guard, how many actors share the CPU reference's work).
 RESUME_FROM_HERE = ("results", "address", "progress", "junit_xml")
-RESUME_APPLIES = (*RESUME_FROM_HERE, "hang_timeout", "max_memory_gib")
+RESUME_APPLIES = (*RESUME_FROM_HERE, "hang_timeout", "max_memory_gib", "reference_pool")
 # The invocation's own: --resume RUN names the run, whatever --run-id says.
 RESUME_OWN = ("resume", "run_id")
 

@@ -12,6 +12,10 @@ the last unit that reads it has been judged, so the object store holds what is s
 not the whole sweep. A unit sent again (its results came from two places: an actor that moved)
 shares nothing, so all of it is computed anew where the actors are now.
 
+The reference's results are shared out over its pool (harness/cluster/place.py): each result
+goes to the member whose turn it is, once, and a unit's roles may be computed by several members.
+Every member is the same CPU runner, so who computed a result changes none of its bytes.
+
 What comes back from an actor is `Produced`: the value and where it was computed. Gathering
 (harness/sweep/gather.py) unwraps it; `judge` sees the values.
 """
@@ -41,6 +45,7 @@ from harness.judge.verdicts import (
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import GOLDEN_DTYPE
 from harness.policies.base import ACTION_MASK, EPISODE_START
+from harness.cluster.clients import ReferenceClient
 from harness.cluster.place import Placement
 from harness.sweep.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, Unit
 from harness.store.schema import CheckRow, EpisodeRow
@@ -86,13 +91,15 @@ class SharedRefs:
 @dataclass
 class Submitted:
     """A unit in flight: one ref per card in card order (none for a loader unit), each card's run
-    of the whole batch for a batch-invariance unit, and the references by role."""
+    of the whole batch for a batch-invariance unit, the references by role, and the pool member
+    that computes each role."""
 
     unit: Unit
     cards: list[ray.ObjectRef]
     references: dict[Role, ray.ObjectRef]
     inside: list[ray.ObjectRef] = field(default_factory=list)
     shared: list[Hashable] = field(default_factory=list)
+    members: dict[Role, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -106,10 +113,10 @@ class Gathered:
 
 
 def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submitted:
-    """Send `unit` to every card and to the CPU reference; with `shared` None, reuse nothing."""
+    """Send `unit` to every card and to the CPU reference's pool; with `shared` None, reuse nothing."""
     work, dtype, cards = unit.work, base_dtype(unit.dtype), [card.actor for card in placement.cards]
-    reference = placement.reference.actor
     job = Submitted(unit, [], {})
+    asked: dict[Role, tuple[int, ray.ObjectRef]] = {}  # the reference's roles: (pool member, ref)
 
     def once(key: Hashable, make: Callable[[], T]) -> T:
         if shared is None:
@@ -117,16 +124,23 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
         job.shared.append(key)
         return shared.take(key, make)
 
-    def reference_batch(batch: ObsBatch, as_dtype: str) -> ray.ObjectRef:
+    def on_reference(key: Hashable, call: Callable[[ReferenceClient], ray.ObjectRef]) -> tuple[int, ray.ObjectRef]:
+        def make() -> tuple[int, ray.ObjectRef]:
+            member = placement.next_reference()
+            return member, call(placement.references[member].actor)
+
+        return once(key, make)
+
+    def reference_batch(batch: ObsBatch, as_dtype: str) -> tuple[int, ray.ObjectRef]:
         # Keyed by the input's bytes: a batch unit and the loader unit of the same batch share them.
         key = ("reference", unit.policy, batch.sha256, as_dtype)
-        return once(key, lambda: reference.run_batch(unit.policy, as_dtype, batch.obs, batch.noise))
+        return on_reference(key, lambda r: r.run_batch(unit.policy, as_dtype, batch.obs, batch.noise))
 
-    def reference_episodes(episodes: EpisodeWork, honest: bool) -> ray.ObjectRef:
+    def reference_episodes(episodes: EpisodeWork, honest: bool) -> tuple[int, ray.ObjectRef]:
         # Keyed by the episodes: the unit of every dtype shares them.
         key = ("reference", unit.policy, episodes.input_sha256, "float32", honest)
         args = episode_args(episodes)
-        return once(key, lambda: reference.run_episodes(unit.policy, "float32", *args, honest))
+        return on_reference(key, lambda r: r.run_episodes(unit.policy, "float32", *args, honest))
 
     def whole_batch(batch_work: BatchWork | InvarianceWork) -> list[ray.ObjectRef]:
         obs, noise = batch_work.batch.obs, batch_work.batch.noise
@@ -136,7 +150,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
     match work:
         case BatchWork():
             job.cards = whole_batch(work)
-            job.references = {
+            asked = {
                 Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
                 Role.SAME: reference_batch(work.batch, unit.dtype),
@@ -147,16 +161,18 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
             job.inside = whole_batch(work)
         case LoaderWork():
             onnx_key = ("reference", unit.policy, work.input_sha256, "onnx")
-            job.references = {
+            asked = {
                 Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
-                Role.ONNX: once(onnx_key, lambda: reference.run_onnx(unit.policy, work.batch.obs)),
+                Role.ONNX: on_reference(onnx_key, lambda r: r.run_onnx(unit.policy, work.batch.obs)),
             }
         case EpisodeWork():
             job.cards = [c.run_episodes(unit.policy, dtype, *episode_args(work)) for c in cards]
-            job.references = {Role.FLOAT32: reference_episodes(work, False), Role.HONEST: reference_episodes(work, True)}
+            asked = {Role.FLOAT32: reference_episodes(work, False), Role.HONEST: reference_episodes(work, True)}
         case _:
             assert_never(work)
+    job.references = {role: ref for role, (_, ref) in asked.items()}
+    job.members = {role: member for role, (member, _) in asked.items()}
     return job
 
 

@@ -37,7 +37,7 @@ from harness.policies.keep_float32 import precision_layers
 from harness.report.summary import print_summary
 from harness.sweep.budget import cards_source, check_cards, check_memory, estimate, expected_cards, planned_cards
 from harness.sweep.dispatch import SharedRefs, check_row, judge, submit
-from harness.sweep.gather import RunIncomplete, Watch, gather
+from harness.sweep.gather import RunIncomplete, Watch, actor_times, gather
 from harness.sweep.closed_loop import ClosedLoop
 from harness.config.command_plan import SweepPlan
 from harness.sweep.localize import localize_failures, localize_nonfinite, localize_overflow
@@ -60,7 +60,7 @@ class SweepOutcome:
     checks_path: Path
     phases: Phases
     reference_s: dict[str, float]
-    """Seconds the CPU reference spent per dtype: the float64 golden, float32, each card's dtype."""
+    """Seconds the CPU reference (its pool summed) spent per dtype: the float64 golden, float32, each card's dtype."""
     resume_args: list[str] = field(default_factory=list)
     """Where the run stopped early and can be finished: the options that finish it (`--resume RUN_ID ...`)."""
     dashboard: str = ""
@@ -132,7 +132,16 @@ def _sweep(
         with phases("actors"):
             marker_dir = writer.staging / "faults"
             placement = place_sweep(
-                kind, n_cards, plan.placement, specs, plan.common.threads, plan.common.precision, faults, marker_dir, policies
+                kind,
+                n_cards,
+                plan.placement,
+                specs,
+                plan.common.threads,
+                plan.common.precision,
+                faults,
+                marker_dir,
+                policies,
+                plan.reference_pool,
             )
             devices = [placed.described.record() for placed in placement.actors]
         with phases("plan"):
@@ -161,8 +170,8 @@ def _sweep(
             with phases("judge"):
                 _stage_verdicts(closed, writer, done)
             summary |= {"dead_cards": sorted(dropped.dead), "resent_units": dropped.resent, "closed_loop": closed.describe()}
-            asked = watch.follow(watch.reference, [placement.reference.actor.compute_seconds()], "its compute times")
-            [reference_s] = watch.get(asked)
+            times = actor_times(placement, watch)
+            reference_s = times.reference_s
             replacements = watch.replacements()
         except RunIncomplete as exc:
             lost = [str(loss) for loss in exc.losses]
@@ -181,6 +190,8 @@ def _sweep(
         played = env_notes(plan, policies)
         summary |= {
             "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
+            "reference_pool": len(placement.references),
+            "busy_s": {actor: round(s, 3) for actor, s in times.busy_s.items()},
             "without_episodes": unplayed,
             "env_renames": renames,
             "env_notes": played,

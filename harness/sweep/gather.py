@@ -12,7 +12,7 @@ a bound and naming what was lost (`RunIncomplete`), where Ray cannot recover:
   the policies again (a CUDA build of torch on a busy 2-core machine: over 40 s);
 - an actor that hangs twice: no progress for longer than its bound (harness/sweep/pace.py), the
   second time after the driver killed it and Ray restarted it;
-- the CPU reference failing for good: nothing is judged without it.
+- an actor of the CPU reference's pool failing for good: nothing is judged without it.
 
 The driver sees each actor as a lane: its shares of the units, in the order it runs them (Ray runs
 an actor's tasks in submission order). The first share is the one running; it started when the
@@ -93,7 +93,7 @@ class Lane:
     """One actor as the driver sees it: its shares in the order it runs them, its progress, its
     node, and the label of its results by the node that computed them."""
 
-    role: str  # "card1", or REFERENCE_ROLE
+    role: str  # "card1", or REFERENCE_ROLE (with its place in the pool, where the pool has several)
     actor: SweepClient
     node_id: str
     labels: dict[str, str]  # node id -> the label of this actor's results computed there
@@ -114,7 +114,7 @@ class Lane:
 
     @property
     def name(self) -> str:
-        return self.role if self.role == REFERENCE_ROLE else f"{self.role} ({self.label})"
+        return self.role if self.role.startswith(REFERENCE_ROLE) else f"{self.role} ({self.label})"
 
     def running(self) -> str:
         if not self.shares:
@@ -146,7 +146,7 @@ def node_alive(node_id: str) -> bool:
 
 
 class Watch:
-    """Waits for a sweep's results while watching its actors (cards, then the CPU reference)."""
+    """Waits for a sweep's results while watching its actors (cards, then the CPU reference's pool)."""
 
     def __init__(self, placement: Placement, hang_timeout_s: float, started_s: float = 0.0) -> None:
         """`started_s`: how long the actors took to start, which bounds a restart's wait until a
@@ -154,9 +154,11 @@ class Watch:
         self.group = placement.group
         self.hang_timeout_s = hang_timeout_s
         self.started_s = started_s
-        self.reference = len(placement.cards)  # its lane, as its bundle, comes after the cards'
+        # The pool's lanes, as its bundles, come after the cards'; `reference` is its first member's.
+        self.reference = len(placement.cards)
+        self.references = range(self.reference, self.reference + len(placement.references))
         now = time.monotonic()
-        roles = [f"card{i}" for i in range(len(placement.cards))] + [REFERENCE_ROLE]
+        roles = [f"card{i}" for i in range(len(placement.cards))] + reference_roles(len(placement.references))
         self.lanes = [
             Lane(role, p.actor, p.described.node_id, {p.described.node_id: p.label}, p.label, Pace(now))
             for role, p in zip(roles, placement.actors, strict=True)
@@ -197,7 +199,7 @@ class Watch:
     def result(self, lane: int, ref: Any, unit: Unit) -> Produced[Any]:
         """What a ready ref holds. A card's failure on a node that lives is raised for the caller
         to record; the run ends where the actor's node is gone (Ray could not bring it back) or
-        the CPU reference failed; a result lost with its node is Resend."""
+        a member of the CPU reference's pool failed; a result lost with its node is Resend."""
         try:
             produced: Produced[Any] = ray.get(ref)
         except ray.exceptions.ObjectLostError:  # computed, then lost with its node: compute it again
@@ -207,7 +209,7 @@ class Watch:
             running = f"{unit.policy} {unit.dtype} {unit.workload}"
             if not node_alive(watched.node_id):
                 raise RunIncomplete([Loss(watched.name, f"its {node_name(watched.node_id)} is gone", running)]) from None
-            if lane == self.reference:
+            if lane in self.references:
                 raise RunIncomplete([Loss(watched.name, f"failed for good ({first_line(exc)})", running)]) from None
             raise
         return produced
@@ -352,11 +354,38 @@ class Watch:
         lane.steps = lane.asked = None
 
 
+@dataclass(frozen=True)
+class ActorTimes:
+    """What a sweep's actors spent computing, as its runs row records it."""
+
+    reference_s: dict[str, float]  # the CPU reference's seconds per kind of work, its pool's summed
+    busy_s: dict[str, float]  # each actor's seconds computing (waiting for work not counted), by its name
+
+
+def actor_times(placement: Placement, watch: Watch) -> ActorTimes:
+    """Asked of every actor once its work is done (it answers after the work sent before)."""
+    busy = [watch.follow(i, [lane.actor.busy_seconds()], "its busy time")[0] for i, lane in enumerate(watch.lanes)]
+    pool = zip(watch.references, placement.references, strict=True)
+    kinds = [watch.follow(lane, [member.actor.compute_seconds()], "its compute times")[0] for lane, member in pool]
+    got = watch.get([*busy, *kinds])
+    reference_s: dict[str, float] = {}
+    for seconds in got[len(busy) :]:
+        for what, s in seconds.items():
+            reference_s[what] = reference_s.get(what, 0.0) + s
+    return ActorTimes(reference_s, {lane.name: s for lane, s in zip(watch.lanes, got, strict=False)})
+
+
+def reference_roles(pool: int) -> list[str]:
+    """The CPU reference's pool as a run names it: one actor is the reference; several are numbered."""
+    return [REFERENCE_ROLE] if pool == 1 else [f"{REFERENCE_ROLE} {member}" for member in range(pool)]
+
+
 def shares_of(job: Submitted, reference: int) -> dict[int, list[Any]]:
-    """What `job` asked of each actor, by lane: each card its run and (invariance) its whole batch."""
+    """What `job` asked of each actor, by lane: each card its run and (invariance) its whole batch,
+    each member of the reference's pool (lanes from `reference` on) the roles it computes."""
     shares = {position: [ref, *job.inside[position : position + 1]] for position, ref in enumerate(job.cards)}
-    if job.references:
-        shares[reference] = list(job.references.values())
+    for role, ref in job.references.items():
+        shares.setdefault(reference + job.members[role], []).append(ref)
     return shares
 
 
@@ -374,9 +403,11 @@ def gather(job: Submitted, watch: Watch) -> tuple[Gathered, list[Check]] | None:
 
 
 def _gathered(job: Submitted, watch: Watch, shares: dict[int, list[Any]]) -> tuple[Gathered, list[Check]]:
-    references = _one_node([watch.result(watch.reference, ref, job.unit) for ref in shares.pop(watch.reference, [])])
-    for produced in references[:1]:
-        watch.label(watch.reference, produced)
+    lanes = {role: watch.reference + member for role, member in job.members.items()}
+    references = {role: watch.result(lanes[role], ref, job.unit) for role, ref in job.references.items()}
+    for lane in watch.references:
+        if shares.pop(lane, None):
+            watch.label(lane, _one_node([references[role] for role in references if lanes[role] == lane])[0])
     cards: dict[str, Any] = {}
     inside: dict[str, Any] = {}
     errors = []
@@ -391,7 +422,7 @@ def _gathered(job: Submitted, watch: Watch, shares: dict[int, list[Any]]) -> tup
         cards[label] = alone.value
         if whole:
             inside[label] = whole[0].value
-    return Gathered(cards, inside, {role: r.value for role, r in zip(job.references, references, strict=True)}), errors
+    return Gathered(cards, inside, {role: r.value for role, r in references.items()}), errors
 
 
 def _one_node(results: list[Produced[Any]]) -> list[Produced[Any]]:
