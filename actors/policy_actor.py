@@ -19,7 +19,7 @@ from harness.envs.spec import EnvSpec
 from harness.inference.fault_specs import Fault
 from harness.inference.faults import inject, strike
 from harness.inference.runner import Described, Runner
-from harness.outputs import EpisodeOutput, Outputs, Produced
+from harness.outputs import Busy, EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec
 
 T = TypeVar("T")
@@ -51,9 +51,8 @@ class PolicyActor:
         WATCH_GROUP) while a unit runs."""
         return self.runner.steps
 
-    def busy_seconds(self) -> float:
-        """Seconds it spent computing what it was sent (BusyClock)."""
-        return self.busy.seconds
+    def busy_time(self) -> Busy:
+        return self.busy.read()
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
         strike(self.faults, self.fault_marker)
@@ -77,24 +76,28 @@ class PolicyActor:
 
 
 class BusyClock:
-    """Seconds an actor spent computing what it was sent, in all and (where a call names it) per
-    kind of work; time waiting for work is not counted. The actor whose clock reads highest is the
-    one that sets a sweep's time (benchmarks/reference_pool.py)."""
+    """What an actor spent computing what it was sent (`Busy`), and the wall seconds per kind of
+    work where a call names it. The actor whose clock reads highest is the one that sets a sweep's
+    time (benchmarks/reference_pool.py)."""
 
     def __init__(self) -> None:
-        self.seconds = 0.0
+        self.wall_s = self.cpu_s = 0.0
         self.by_what: dict[str, float] = defaultdict(float)
 
     @contextmanager
     def __call__(self, what: str = "") -> Iterator[None]:
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         try:
             yield
         finally:
             spent = time.perf_counter() - start
-            self.seconds += spent
+            self.wall_s += spent
+            self.cpu_s += time.thread_time() - start_cpu
             if what:
                 self.by_what[what] += spent
+
+    def read(self) -> Busy:
+        return Busy(self.wall_s, self.cpu_s)
 
 
 def describe_runner(runner: Runner) -> Described:

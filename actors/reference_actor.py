@@ -10,7 +10,7 @@ from actors.policy_actor import BusyClock, describe_runner, produced
 from harness.devices import cpu_reference
 from harness.envs.spec import EnvSpec
 from harness.inference.runner import Described, Runner
-from harness.outputs import EpisodeOutput, Outputs, Produced
+from harness.outputs import Busy, EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec
 from harness.policies.onnx_any import OnnxReference, onnx_reference
 
@@ -29,8 +29,8 @@ class ReferenceActor:
         """Episode steps played so far, its own and its replays (PolicyActor.progress)."""
         return self.runner.steps
 
-    def busy_seconds(self) -> float:
-        return self.busy.seconds
+    def busy_time(self) -> Busy:
+        return self.busy.read()
 
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
         """`dtype` is a card's (float32, float16, bfloat16, float32-tf32, ...) or the golden's float64."""

@@ -15,6 +15,7 @@ BENCHMARKS = (
     "closed_loop_vs_sb3",
     "ray_vs_in_process",
     "card_scaling",
+    "reference_pool",
     "timer_overhead",
     "cli_speed",
 )

@@ -66,7 +66,8 @@ def sweep(cluster: Any, results: Path, pool: int, run_id: str | None = None) -> 
     summary, devices = json.loads(run["summary"]), json.loads(run["devices"])
     assert summary["reference_pool"] == pool
     assert [d["label"] for d in devices] == ["sim-cpu0", "sim-cpu1", *["cpu"] * pool]
-    assert len(summary["busy_s"]) == 2 + pool and all(s > 0 for s in summary["busy_s"].values()), summary["busy_s"]
+    for busy in (summary["busy_s"], summary["busy_cpu_s"]):
+        assert len(busy) == 2 + pool and all(s > 0 for s in busy.values()), busy
     return {table: rows(results, table) for table in ("checks", "episodes")}
 
 

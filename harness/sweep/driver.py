@@ -191,7 +191,8 @@ def _sweep(
         summary |= {
             "reference_s": {dtype: round(s, 3) for dtype, s in reference_s.items()},
             "reference_pool": len(placement.references),
-            "busy_s": {actor: round(s, 3) for actor, s in times.busy_s.items()},
+            "busy_s": {actor: round(busy.wall_s, 3) for actor, busy in times.busy.items()},
+            "busy_cpu_s": {actor: round(busy.cpu_s, 3) for actor, busy in times.busy.items()},
             "without_episodes": unplayed,
             "env_renames": renames,
             "env_notes": played,

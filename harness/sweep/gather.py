@@ -39,7 +39,7 @@ from ray.util.placement_group import placement_group_table
 from harness.errors import first_line
 from harness.inference.runner import Described
 from harness.judge.verdicts import Check, error_check
-from harness.outputs import Produced
+from harness.outputs import Busy, Produced
 from harness.cluster import place, ray_internals
 from harness.cluster.clients import SweepClient
 from harness.sweep.dispatch import Gathered, Submitted
@@ -359,12 +359,12 @@ class ActorTimes:
     """What a sweep's actors spent computing, as its runs row records it."""
 
     reference_s: dict[str, float]  # the CPU reference's seconds per kind of work, its pool's summed
-    busy_s: dict[str, float]  # each actor's seconds computing (waiting for work not counted), by its name
+    busy: dict[str, Busy]  # what each actor spent computing, by its name
 
 
 def actor_times(placement: Placement, watch: Watch) -> ActorTimes:
     """Asked of every actor once its work is done (it answers after the work sent before)."""
-    busy = [watch.follow(i, [lane.actor.busy_seconds()], "its busy time")[0] for i, lane in enumerate(watch.lanes)]
+    busy = [watch.follow(i, [lane.actor.busy_time()], "its busy time")[0] for i, lane in enumerate(watch.lanes)]
     pool = zip(watch.references, placement.references, strict=True)
     kinds = [watch.follow(lane, [member.actor.compute_seconds()], "its compute times")[0] for lane, member in pool]
     got = watch.get([*busy, *kinds])
