@@ -14,7 +14,7 @@ import pytest
 
 from harness.policies import load_policy
 from harness.cluster.clients import PolicyClient, ReferenceClient
-from harness.sweep.dispatch import Role, SharedRefs, submit
+from harness.sweep.dispatch import HONEST_REPLAY_COST, Role, SharedRefs, submit
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
 from harness.cluster.place import REFERENCE_POOL_MAX, Placed, Placement, reference_pool_size
@@ -90,10 +90,11 @@ def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_re
     assert len(shared) == 0, "every shared ref is dropped after its last reader"
 
 
-def test_the_references_results_are_shared_out_over_its_pool_in_turn_each_computed_once() -> None:
-    """Pool of three: each result of the reference goes to the member whose turn it is, so the
-    members compute equal shares; a set of episodes and its honest replay go to two members; a
-    result that several units read is still computed once, by one member, for all of them."""
+def test_the_references_results_are_shared_out_over_its_pool_each_computed_once() -> None:
+    """Pool of three: each result of the reference goes to the member with the least of its kind
+    of work, so the members compute about equal shares; a set of episodes and its honest replay go
+    to two members; a result that several units read is still computed once, by one member, for
+    all of them."""
     policies = {"cartpole": load_policy("cartpole")}
     config = sweep_plan(SweepConfig(policies=["cartpole"], dtypes=["float32", "bfloat16"], batch_sizes=[1, 64], episodes=2))
     inputs = {"cartpole": plan_inputs(config, policies["cartpole"])}
@@ -103,7 +104,11 @@ def test_the_references_results_are_shared_out_over_its_pool_in_turn_each_comput
     jobs = [submit(placement, unit, shared) for unit in units]
     per_member = Counter(k[0] for k, n in calls.items() if k[0].startswith("reference") for _ in range(n))
     assert set(per_member) == {"reference0", "reference1", "reference2"}
-    assert max(per_member.values()) - min(per_member.values()) <= 1, per_member
+    for kind, loads in placement.loads.items():
+        # Shared out greedily as they come: no member more than one result's cost ahead of another.
+        rows = [len(u.work.batch.noise) for u in units if isinstance(u.work, BatchWork)]
+        largest = 2 * HONEST_REPLAY_COST if kind == "episodes" else max(rows)
+        assert max(loads) - min(loads) <= largest, (kind, loads)
     for job in jobs:
         for role, ref in job.references.items():
             assert ref[0] == f"reference{job.members[role]}", "the member recorded is the one asked"

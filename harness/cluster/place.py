@@ -16,7 +16,7 @@ import os
 import re
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -89,7 +89,7 @@ class Placement:
     cards: list[Placed[PolicyClient]]
     references: list[Placed[ReferenceClient]]
     resource: str
-    turn: int = 0  # the pool member whose turn comes next (`next_reference`)
+    loads: dict[str, list[float]] = field(default_factory=dict)  # kind of work -> each member's share so far
 
     @property
     def reference(self) -> Placed[ReferenceClient]:
@@ -101,12 +101,15 @@ class Placement:
         """The cards in card order, then the reference's pool: as the driver watches them and `runs.devices` lists them."""
         return [*self.cards, *self.references]
 
-    def next_reference(self) -> int:
-        """The pool member that computes the reference's next result: each in turn, so each gets an
-        equal share of them. Which member computes a result changes none of its bytes (every
-        member is the same CPU runner, on the same threads)."""
-        member = self.turn % len(self.references)
-        self.turn += 1
+    def next_reference(self, kind: str, cost: float) -> int:
+        """The pool member that computes the reference's next result, of `kind` and about `cost`:
+        the one with the least of that kind so far (the first of them on a tie, so results of one
+        cost go round in turn). Each kind is shared out on its own, since their costs compare only
+        among themselves. Which member computes a result changes none of its bytes (every member is
+        the same CPU runner, on the same threads)."""
+        loads = self.loads.setdefault(kind, [0.0] * len(self.references))
+        member = loads.index(min(loads))
+        loads[member] += cost
         return member
 
 

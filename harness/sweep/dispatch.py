@@ -13,7 +13,9 @@ not the whole sweep. A unit sent again (its results came from two places: an act
 shares nothing, so all of it is computed anew where the actors are now.
 
 The reference's results are shared out over its pool (harness/cluster/place.py): each result
-goes to the member whose turn it is, once, and a unit's roles may be computed by several members.
+goes, once, to the member with the least of its kind of work so far (batches by rows, episode sets
+by episodes, a replay as an honest card counted at its cost), and a unit's roles may be computed by
+several members.
 Every member is the same CPU runner, so who computed a result changes none of its bytes.
 
 What comes back from an actor is `Produced`: the value and where it was computed. Gathering
@@ -52,6 +54,10 @@ from harness.store.schema import CheckRow, EpisodeRow
 from harness.workloads import ObsBatch
 
 T = TypeVar("T")
+# What an honest-card replay costs the reference beside playing the same episodes: its forward hooks
+# nudge every layer's output (harness/inference/faults.py); measured about twice (two RL Zoo landers,
+# 8 episodes a mode: 12.0 CPU seconds for both sets where a card's one set took 4.0).
+HONEST_REPLAY_COST = 2.0
 
 
 class Role(StrEnum):
@@ -124,9 +130,11 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
         job.shared.append(key)
         return shared.take(key, make)
 
-    def on_reference(key: Hashable, call: Callable[[ReferenceClient], ray.ObjectRef]) -> tuple[int, ray.ObjectRef]:
+    def on_reference(
+        key: Hashable, kind: str, cost: float, call: Callable[[ReferenceClient], ray.ObjectRef]
+    ) -> tuple[int, ray.ObjectRef]:
         def make() -> tuple[int, ray.ObjectRef]:
-            member = placement.next_reference()
+            member = placement.next_reference(kind, cost)
             return member, call(placement.references[member].actor)
 
         return once(key, make)
@@ -134,13 +142,15 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
     def reference_batch(batch: ObsBatch, as_dtype: str) -> tuple[int, ray.ObjectRef]:
         # Keyed by the input's bytes: a batch unit and the loader unit of the same batch share them.
         key = ("reference", unit.policy, batch.sha256, as_dtype)
-        return on_reference(key, lambda r: r.run_batch(unit.policy, as_dtype, batch.obs, batch.noise))
+        rows = len(batch.noise)
+        return on_reference(key, "batches", rows, lambda r: r.run_batch(unit.policy, as_dtype, batch.obs, batch.noise))
 
     def reference_episodes(episodes: EpisodeWork, honest: bool) -> tuple[int, ray.ObjectRef]:
         # Keyed by the episodes: the unit of every dtype shares them.
         key = ("reference", unit.policy, episodes.input_sha256, "float32", honest)
         args = episode_args(episodes)
-        return on_reference(key, lambda r: r.run_episodes(unit.policy, "float32", *args, honest))
+        cost = len(episodes.seeds) * (HONEST_REPLAY_COST if honest else 1.0)
+        return on_reference(key, "episodes", cost, lambda r: r.run_episodes(unit.policy, "float32", *args, honest))
 
     def whole_batch(batch_work: BatchWork | InvarianceWork) -> list[ray.ObjectRef]:
         obs, noise = batch_work.batch.obs, batch_work.batch.noise
@@ -164,11 +174,14 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
             asked = {
                 Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
-                Role.ONNX: on_reference(onnx_key, lambda r: r.run_onnx(unit.policy, work.batch.obs)),
+                Role.ONNX: on_reference(
+                    onnx_key, "batches", len(work.batch.noise), lambda r: r.run_onnx(unit.policy, work.batch.obs)
+                ),
             }
         case EpisodeWork():
             job.cards = [c.run_episodes(unit.policy, dtype, *episode_args(work)) for c in cards]
-            asked = {Role.FLOAT32: reference_episodes(work, False), Role.HONEST: reference_episodes(work, True)}
+            # The costlier replay first, so the cheaper set goes where the least is left.
+            asked = {Role.HONEST: reference_episodes(work, True), Role.FLOAT32: reference_episodes(work, False)}
         case _:
             assert_never(work)
     job.references = {role: ref for role, (_, ref) in asked.items()}
