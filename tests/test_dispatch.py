@@ -124,8 +124,8 @@ def by_batch(units: list[Any]) -> int:
     return len({u.work.batch.sha256 for u in units if isinstance(u.work, BatchWork)})
 
 
-def test_the_pool_is_one_per_spare_cpu_at_least_one_at_most_three_or_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
-    for cpus, cards, pool in ((2, 2, 1), (1, 2, 1), (4, 2, 2), (5, 2, 3), (192, 8, REFERENCE_POOL_MAX)):
+def test_the_pool_is_one_per_spare_cpu_at_least_one_at_most_six_or_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cpus, cards, pool in ((2, 2, 1), (1, 2, 1), (4, 2, 2), (5, 2, 3), (8, 2, 6), (192, 8, REFERENCE_POOL_MAX)):
         monkeypatch.setattr("ray.cluster_resources", lambda cpus=cpus: {"CPU": float(cpus), "NPU": 8.0})
         assert reference_pool_size(None, cards) == pool, (cpus, cards)
     assert reference_pool_size(2, 8) == 2, "--reference-pool wins"

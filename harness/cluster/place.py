@@ -45,10 +45,12 @@ RETRY_WHILE_RESTARTABLE = -1
 # Every worker must import torch with device autoload off (see harness/__init__.py), even
 # before it has imported the harness package.
 BASE_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
-# The CPU reference computes up to three things for a unit where a card computes one (a batch's
-# golden, float32 and the card's dtype; a set of episodes and its honest-card replay): a pool of
-# three does at most a card's share each, and a larger one would start processes with nothing to do.
-REFERENCE_POOL_MAX = 3
+# The CPU reference does about three times a card's work for a unit (a batch's golden, float32 and
+# the card's dtype; a set of episodes, and its honest-card replay at twice that set's cost). A set is
+# never split (a lockstep set is one batch: split, its bytes would change), so three members would
+# each need an exact third; twice that many leave each at most one replay and one plain set, within
+# a card's share. More would be processes (each importing torch) with little to do.
+REFERENCE_POOL_MAX = 6
 
 
 C = TypeVar("C", bound=ActorClient, covariant=True)

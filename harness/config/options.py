@@ -277,7 +277,7 @@ class SweepConfig(CommonOptions):
     placement: Strategy = option("--placement", "placement group strategy", "PACK", choices=PLACEMENT_STRATEGIES)
     reference_pool: int | None = option(
         "--reference-pool",
-        "CPU reference actors sharing its work (default: one per CPU the cluster has left after the cards, 1 to 3); "
+        "CPU reference actors sharing its work (default: one per CPU the cluster has left after the cards, 1 to 6); "
         "results are the same whatever the number",
         None,
         type=int,
