@@ -372,7 +372,7 @@ def actor_times(placement: Placement, watch: Watch) -> ActorTimes:
     for seconds in got[len(busy) :]:
         for what, s in seconds.items():
             reference_s[what] = reference_s.get(what, 0.0) + s
-    return ActorTimes(reference_s, {lane.name: s for lane, s in zip(watch.lanes, got, strict=False)})
+    return ActorTimes(reference_s, {lane.name: b for lane, b in zip(watch.lanes, got[: len(busy)], strict=True)})
 
 
 def reference_roles(pool: int) -> list[str]:
