@@ -56,7 +56,8 @@ from harness.workloads import ObsBatch
 T = TypeVar("T")
 # What an honest-card replay costs the reference beside playing the same episodes: its forward hooks
 # nudge every layer's output (harness/inference/faults.py); measured about twice (two RL Zoo landers,
-# 8 episodes a mode: 12.0 CPU seconds for both sets where a card's one set took 4.0).
+# 8 episodes a mode: the reference's plain sets and their replays took 12.0 CPU seconds, where a
+# card's same plain sets took 4.0).
 HONEST_REPLAY_COST = 2.0
 
 
