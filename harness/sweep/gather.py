@@ -363,16 +363,23 @@ class ActorTimes:
 
 
 def actor_times(placement: Placement, watch: Watch) -> ActorTimes:
-    """Asked of every actor once its work is done (it answers after the work sent before)."""
+    """Asked of every actor once its work is done (it answers after the work sent before); a card
+    that died for good (recorded dead) has no busy time to give."""
     busy = [watch.follow(i, [lane.actor.busy_time()], "its busy time")[0] for i, lane in enumerate(watch.lanes)]
     pool = zip(watch.references, placement.references, strict=True)
     kinds = [watch.follow(lane, [member.actor.compute_seconds()], "its compute times")[0] for lane, member in pool]
-    got = watch.get([*busy, *kinds])
+    watch.wait([*busy, *kinds])
     reference_s: dict[str, float] = {}
-    for seconds in got[len(busy) :]:
+    for seconds in ray.get(kinds):
         for what, s in seconds.items():
             reference_s[what] = reference_s.get(what, 0.0) + s
-    return ActorTimes(reference_s, {lane.name: b for lane, b in zip(watch.lanes, got[: len(busy)], strict=True)})
+    alive: dict[str, Busy] = {}
+    for lane, ref in zip(watch.lanes, busy, strict=True):
+        try:
+            alive[lane.name] = ray.get(ref)
+        except ray.exceptions.RayError:
+            continue
+    return ActorTimes(reference_s, alive)
 
 
 def reference_roles(pool: int) -> list[str]:
