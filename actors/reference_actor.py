@@ -1,18 +1,16 @@
 """ReferenceActor: the CPU, computing every batch several ways for the judge: the float64 golden,
-float32, and each card's dtype; and onnxruntime on the original file where a policy came as ONNX."""
+float32, and each card's dtype; and onnxruntime on the original file where a policy came as ONNX.
+A sweep places a pool of them (harness/cluster/place.py), each computing its share of these."""
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
-
 import numpy as np
 
-from actors.policy_actor import describe_runner, produced
+from actors.policy_actor import BusyClock, describe_runner, produced
 from harness.devices import cpu_reference
 from harness.envs.spec import EnvSpec
 from harness.inference.runner import Described, Runner
-from harness.outputs import EpisodeOutput, Outputs, Produced
+from harness.outputs import Busy, EpisodeOutput, Outputs, Produced
 from harness.policies import PolicySpec
 from harness.policies.onnx_any import OnnxReference, onnx_reference
 
@@ -21,8 +19,8 @@ class ReferenceActor:
     def __init__(self, policies: list[PolicySpec], threads: int) -> None:
         self.runner = Runner(cpu_reference(), policies, threads)
         self._onnx: dict[str, OnnxReference] = {}
-        # Seconds spent per dtype: what the golden and the same-dtype runs cost a sweep.
-        self._seconds: dict[str, float] = defaultdict(float)
+        # Seconds per dtype, besides the total: what the golden and the same-dtype runs cost a sweep.
+        self.busy = BusyClock()
 
     def describe(self) -> Described:
         return describe_runner(self.runner)
@@ -31,34 +29,33 @@ class ReferenceActor:
         """Episode steps played so far, its own and its replays (PolicyActor.progress)."""
         return self.runner.steps
 
+    def busy_time(self) -> Busy:
+        return self.busy.read()
+
     def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Produced[Outputs]:
         """`dtype` is a card's (float32, float16, bfloat16, float32-tf32, ...) or the golden's float64."""
-        start = time.perf_counter()
-        try:
+        with self.busy(dtype):
             return produced(self.runner, self.runner.run_batch(key, dtype, obs, noise))
-        finally:
-            self._seconds[dtype] += time.perf_counter() - start
 
     def run_episodes(
         self, key: str, dtype: str, env: EnvSpec, seeds: list[int], stochastic: bool, batching: str, honest: bool = False
     ) -> Produced[list[EpisodeOutput]]:
         """`honest`: replayed under the honest-card model, to see where an honest port's
         trajectories part from these (docs/verdicts.md, "Closed-loop returns")."""
-        start = time.perf_counter()
-        try:
+        with self.busy(f"episodes {dtype}{' honest replay' if honest else ''}"):
             episodes = self.runner.run_episodes(key, dtype, env, seeds, stochastic, batching, honest)
             return produced(self.runner, episodes)
-        finally:
-            self._seconds[f"episodes {dtype}{' honest replay' if honest else ''}"] += time.perf_counter() - start
 
     def capture(self, key: str, dtype: str, obs: tuple[np.ndarray, ...]) -> Produced[dict[str, np.ndarray]]:
-        return produced(self.runner, self.runner.capture(key, dtype, obs))
+        with self.busy():
+            return produced(self.runner, self.runner.capture(key, dtype, obs))
 
     def compute_seconds(self) -> dict[str, float]:
-        return dict(self._seconds)
+        return dict(self.busy.by_what)
 
     def run_onnx(self, key: str, obs: tuple[np.ndarray, ...]) -> Produced[Outputs]:
         """onnxruntime on the original file: an implementation independent of the torch rebuild."""
-        if key not in self._onnx:
-            self._onnx[key] = onnx_reference(self.runner.float32[key].info, self.runner.threads)
-        return produced(self.runner, self._onnx[key].run(obs))
+        with self.busy():
+            if key not in self._onnx:
+                self._onnx[key] = onnx_reference(self.runner.float32[key].info, self.runner.threads)
+            return produced(self.runner, self._onnx[key].run(obs))

@@ -16,6 +16,7 @@ BENCHMARKS = (
     "closed_loop_env",
     "ray_vs_in_process",
     "card_scaling",
+    "reference_pool",
     "timer_overhead",
     "cli_speed",
 )

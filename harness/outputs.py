@@ -56,3 +56,13 @@ class Produced(Generic[T]):
     device: str  # the device's label on its node: `npu3`, `sim-cpu0`, `cpu`
     node_id: str  # Ray's node id
     value: T
+
+
+@dataclass(frozen=True)
+class Busy:
+    """What an actor spent computing the work it was sent, time waiting for work not counted: the
+    wall seconds inside its calls, and the CPU seconds of the thread that ran them. Where cores are
+    oversubscribed the wall also counts the wait for a core, which the CPU seconds do not."""
+
+    wall_s: float
+    cpu_s: float

@@ -14,10 +14,11 @@ import pytest
 
 from harness.policies import load_policy
 from harness.cluster.clients import PolicyClient, ReferenceClient
-from harness.sweeps.dispatch import Role, SharedRefs, submit
+from harness.sweeps.dispatch import HONEST_REPLAY_COST, Role, SharedRefs, submit
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
-from harness.cluster.place import Placed, Placement
+from harness.cluster.place import REFERENCE_POOL_MAX, Placed, Placement, reference_pool_size
+from harness.sweeps.gather import shares_of
 from tests.builders import described
 from harness.sweeps.plan import (
     BatchWork,
@@ -54,12 +55,13 @@ class _Actor:
         return _Method(self.calls, self.name, method)
 
 
-def _placement(cards: int) -> tuple[Placement, Counter[tuple[Any, ...]]]:
+def _placement(cards: int, pool: int = 1) -> tuple[Placement, Counter[tuple[Any, ...]]]:
     calls: Counter[tuple[Any, ...]] = Counter()
     # The stand-ins are the handles; the calls go through the real clients.
     actors = [Placed(PolicyClient(_Actor(calls, f"card{i}")), described(f"sim-cpu{i}")) for i in range(cards)]
-    reference = Placed(ReferenceClient(_Actor(calls, "reference")), described("cpu"))
-    return Placement(group=None, cards=actors, reference=reference, resource="NPU"), calls
+    names = ["reference"] if pool == 1 else [f"reference{m}" for m in range(pool)]
+    references = [Placed(ReferenceClient(_Actor(calls, name)), described("cpu")) for name in names]
+    return Placement(group=None, cards=actors, references=references, resource="NPU"), calls
 
 
 def test_every_kind_of_work_is_sent_once_where_it_belongs_and_shared_refs_are_released() -> None:
@@ -120,6 +122,47 @@ def test_a_layer_search_asks_only_the_actors_it_compares_for_their_captures() ->
         ("reference", "capture", "cartpole", "float16", "tuple"),
         ("reference", "capture", "cartpole", "float64", "tuple"),
     }
+
+
+def test_the_references_results_are_shared_out_over_its_pool_each_computed_once() -> None:
+    """Pool of three: each result of the reference goes to the member with the least of its kind
+    of work, so the members compute about equal shares; a set of episodes and its honest replay go
+    to two members; a result that several units read is still computed once, by one member, for
+    all of them."""
+    policies = {"cartpole": load_policy("cartpole")}
+    config = sweep_plan(SweepConfig(policies=["cartpole"], dtypes=["float32", "bfloat16"], batch_sizes=[1, 64], episodes=2))
+    inputs = {"cartpole": plan_inputs(config, policies["cartpole"])}
+    units = plan_units(config, policies, inputs, {"float32": "float32", "bfloat16": "bfloat16"})
+    placement, calls = _placement(cards=2, pool=3)
+    shared = SharedRefs()
+    jobs = [submit(placement, unit, shared) for unit in units]
+    per_member = Counter(k[0] for k, n in calls.items() if k[0].startswith("reference") for _ in range(n))
+    assert set(per_member) == {"reference0", "reference1", "reference2"}
+    for kind, loads in placement.loads.items():
+        # Shared out greedily as they come: no member more than one result's cost ahead of another.
+        rows = [len(u.work.batch.noise) for u in units if isinstance(u.work, BatchWork)]
+        largest = 2 * HONEST_REPLAY_COST if kind == "episodes" else max(rows)
+        assert max(loads) - min(loads) <= largest, (kind, loads)
+    for job in jobs:
+        for role, ref in job.references.items():
+            assert ref[0] == f"reference{job.members[role]}", "the member recorded is the one asked"
+        if isinstance(job.unit.work, EpisodeWork):
+            assert job.members[Role.FLOAT32] != job.members[Role.HONEST], "played and replayed side by side"
+    golden = [k for k in calls if k[1:4] == ("run_batch", "cartpole", "float64")]
+    assert sum(calls[k] for k in golden) == by_batch(units), "a batch's golden once, for both dtypes"
+    # Its shares come back on the lanes after the cards', one per member.
+    assert {lane for job in jobs for lane in shares_of(job, reference=2)} == {0, 1, 2, 3, 4}
+
+
+def by_batch(units: list[Any]) -> int:
+    return len({u.work.batch.sha256 for u in units if isinstance(u.work, BatchWork)})
+
+
+def test_the_pool_is_one_per_spare_cpu_at_least_one_at_most_six_or_as_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    for cpus, cards, pool in ((2, 2, 1), (1, 2, 1), (4, 2, 2), (5, 2, 3), (8, 2, 6), (192, 8, REFERENCE_POOL_MAX)):
+        monkeypatch.setattr("ray.cluster_resources", lambda cpus=cpus: {"CPU": float(cpus), "NPU": 8.0})
+        assert reference_pool_size(None, cards) == pool, (cpus, cards)
+    assert reference_pool_size(2, 8) == 2, "--reference-pool wins"
 
 
 NEW_WORK = (

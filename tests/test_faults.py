@@ -24,7 +24,7 @@ from tests.builders import described
 
 def _watch(cards: int, hang_timeout_s: float, started_s: float = 0.0) -> Watch:
     placed = [Placed(object(), described(f"sim-cpu{i}", f"node{i}")) for i in range(cards)]
-    placement = Placement(group=None, cards=placed, reference=Placed(object(), described("cpu", "n")), resource="NPU")
+    placement = Placement(group=None, cards=placed, references=[Placed(object(), described("cpu", "n"))], resource="NPU")
     return Watch(placement, hang_timeout_s, started_s)
 
 
@@ -71,9 +71,18 @@ def test_a_restart_is_given_a_placement_twice_the_longest_start_or_the_hang_time
 def test_the_reference_comes_after_the_cards_and_each_card_is_asked_its_run_and_its_whole_batch() -> None:
     from harness.sweeps.dispatch import Role, Submitted
 
-    job = Submitted(unit=None, cards={0: "a0", 1: "a1"}, references={Role.GOLDEN: "g", Role.SAME: "s"}, inside=["w0", "w1"])
+    job = Submitted(
+        unit=None,
+        cards={0: "a0", 1: "a1"},
+        references={Role.GOLDEN: "g", Role.SAME: "s"},
+        inside=["w0", "w1"],
+        members={Role.GOLDEN: 0, Role.SAME: 0},
+    )
     assert shares_of(job, reference=2) == {0: ["a0", "w0"], 1: ["a1", "w1"], 2: ["g", "s"]}
     assert _watch(2, 1.0).reference == 2
+    # With a pool, each member's lane (after the cards') is asked the roles it computes.
+    job.members = {Role.GOLDEN: 1, Role.SAME: 0}
+    assert shares_of(job, reference=2) == {0: ["a0", "w0"], 1: ["a1", "w1"], 2: ["s"], 3: ["g"]}
 
 
 def test_hang_faults_are_named_and_hang_once_strikes_once_across_restarts(tmp_path: Path) -> None:

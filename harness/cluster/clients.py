@@ -14,7 +14,7 @@ from ray import ObjectRef
 from harness.envs.spec import EnvSpec
 from harness.inference.runner import Described
 from harness.inference.timing import ClosedLoop, LatencyRun, Throughput
-from harness.outputs import EpisodeOutput, Outputs, Produced
+from harness.outputs import Busy, EpisodeOutput, Outputs, Produced
 
 
 # The concurrency group a sweep's actor answers `progress` in: a thread of its own, so the question
@@ -39,6 +39,10 @@ class SweepClient(ActorClient):
     def progress(self) -> ObjectRef[int]:
         """Episode steps it played so far: answered on a thread of its own while a unit runs."""
         return self.handle.progress.options(concurrency_group=WATCH_GROUP).remote()
+
+    def busy_time(self) -> ObjectRef[Busy]:
+        """What it spent computing what it was sent: answered after the work sent before it."""
+        return self.handle.busy_time.remote()
 
 
 class PolicyClient(SweepClient):

@@ -1,6 +1,8 @@
 """Ray: join or start a cluster, and place one actor per card (plus, for a sweep, the CPU reference).
 
-Placement is one placement group: a card bundle per card and one CPU bundle for the reference.
+Placement is one placement group: a card bundle per card and a CPU bundle for each actor of the
+CPU reference's pool (the reference computes several things per unit where a card computes one,
+so a pool shares them out where the cluster has CPUs to spare: `reference_pool_size`).
 If the cluster cannot hold it the run fails within PLACEMENT_TIMEOUT_S with what the cluster
 has, instead of waiting forever for resources that will not come. Joining a cluster that refuses
 this client (nothing listens, a token it lacks, other Ray or Python versions) fails in seconds
@@ -14,7 +16,7 @@ import os
 import re
 import socket
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -43,6 +45,12 @@ RETRY_WHILE_RESTARTABLE = -1
 # Every worker must import torch with device autoload off (see harness/__init__.py), even
 # before it has imported the harness package.
 BASE_ENV = {"TORCH_DEVICE_BACKEND_AUTOLOAD": "0"}
+# The CPU reference does about three times a card's work for a unit (a batch's golden, float32 and
+# the card's dtype; a set of episodes, and its honest-card replay at twice that set's cost). A set is
+# never split (a lockstep set is one batch: split, its bytes would change), so three members would
+# each need an exact third; twice that many leave each at most one replay and one plain set, within
+# a card's share. More would be processes (each importing torch) with little to do.
+REFERENCE_POOL_MAX = 6
 
 
 C = TypeVar("C", bound=ActorClient, covariant=True)
@@ -77,17 +85,34 @@ BenchCard = Placed[BenchClient]
 
 @dataclass
 class Placement:
-    """A sweep's actors, up: one per card, in card order, and the CPU reference."""
+    """A sweep's actors, up: one per card, in card order, and the CPU reference's pool."""
 
     group: PlacementGroup
     cards: list[Placed[PolicyClient]]
-    reference: Placed[ReferenceClient]
+    references: list[Placed[ReferenceClient]]
     resource: str
+    loads: dict[str, list[float]] = field(default_factory=dict)  # kind of work -> each member's share so far
+
+    @property
+    def reference(self) -> Placed[ReferenceClient]:
+        """The pool's first member: the one a layer search asks for the CPU's activations."""
+        return self.references[0]
 
     @property
     def actors(self) -> list[Placed[SweepClient]]:
-        """The cards in card order, then the reference: as the driver watches them and `runs.devices` lists them."""
-        return [*self.cards, self.reference]
+        """The cards in card order, then the reference's pool: as the driver watches them and `runs.devices` lists them."""
+        return [*self.cards, *self.references]
+
+    def next_reference(self, kind: str, cost: float) -> int:
+        """The pool member that computes the reference's next result, of `kind` and about `cost`:
+        the one with the least of that kind so far (the first of them on a tie, so results of one
+        cost go round in turn). Each kind is shared out on its own, since their costs compare only
+        among themselves. Which member computes a result changes none of its bytes (every member is
+        the same CPU runner, on the same threads)."""
+        loads = self.loads.setdefault(kind, [0.0] * len(self.references))
+        member = loads.index(min(loads))
+        loads[member] += cost
+        return member
 
 
 def cluster_address(address: str | None) -> str | None:
@@ -216,17 +241,28 @@ def describe_cluster() -> str:
     return f"cluster resources: {total} on {nodes} node(s)"
 
 
-def reserve(kind: Kind, n_cards: int, strategy: str, cpu_bundle: bool) -> PlacementGroup:
-    """A placement group with one bundle per card (and one CPU bundle for the reference), or a
+def reference_pool_size(requested: int | None, n_cards: int) -> int:
+    """How many actors share the CPU reference's work: `requested` (--reference-pool), else one per
+    CPU the cluster has left after the cards (each card's process drives its card from a core,
+    though it reserves none), at least one and at most REFERENCE_POOL_MAX. One on a single 2-core
+    node with two simulated cards."""
+    if requested is not None:
+        return requested
+    spare = int(ray.cluster_resources().get("CPU", 0)) - n_cards
+    return max(1, min(REFERENCE_POOL_MAX, spare))
+
+
+def reserve(kind: Kind, n_cards: int, strategy: str, cpu_bundles: int) -> PlacementGroup:
+    """A placement group with one bundle per card (and a CPU bundle per reference actor), or a
     UsageError within PLACEMENT_TIMEOUT_S that lists what the cluster has."""
     resource = accelerator(kind).ray_resource
-    bundles = [{resource: 1.0} for _ in range(n_cards)] + ([{"CPU": 1.0}] if cpu_bundle else [])
+    bundles = [{resource: 1.0} for _ in range(n_cards)] + [{"CPU": 1.0} for _ in range(cpu_bundles)]
     group = placement_group(bundles, strategy=strategy)
     # Asked of the GCS: Ray 2.40's `ready()` runs a task in the group, so it also waits for a
     # worker process to start on a bundle's node (a node just added has none), seconds on a busy machine.
     if not group.wait(PLACEMENT_TIMEOUT_S):
         remove_placement_group(group)
-        what = f"{n_cards} {resource} card(s)" + (" and 1 CPU" if cpu_bundle else "")
+        what = f"{n_cards} {resource} card(s)" + (f" and {cpu_bundles} CPU" if cpu_bundles else "")
         raise UsageError(f"could not place {what} ({strategy}) within {PLACEMENT_TIMEOUT_S:.0f} s; {describe_cluster()}")
     return group
 
@@ -256,32 +292,39 @@ def place_sweep(
     faults: Sequence[Fault],
     marker_dir: Path,
     loaded: dict[str, PolicyNet],
+    pool: int | None = None,
 ) -> Placement:
     """A PolicyActor per card, each with its own faults (their marker files in `marker_dir`), and
-    the CPU ReferenceActor, in the bundle after the cards', once each is up with the driver's
-    bytes (`loaded`): an actor that loaded others is a UsageError."""
-    group = reserve(kind, n_cards, strategy, cpu_bundle=True)
+    the CPU reference's pool of `pool` ReferenceActors (None: `reference_pool_size`), in the
+    bundles after the cards', once each is up with the driver's bytes (`loaded`): an actor that
+    loaded others is a UsageError."""
+    n_references = reference_pool_size(pool, n_cards)
+    group = reserve(kind, n_cards, strategy, cpu_bundles=n_references)
     cards = []
     for position in range(n_cards):
         mine = [f for f in faults if f.applies_to(position)]
         actor = watched(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), ACTOR_MAX_RESTARTS))
         handle = actor.remote(kind, position, policies, threads, precision, mine, str(marker_dir / f"card{position}"))
         cards.append(PolicyClient(handle))
-    reference = ReferenceClient(
-        watched(ReferenceActor)
-        .options(
-            num_cpus=1,
-            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
-            max_restarts=ACTOR_MAX_RESTARTS,
-            max_task_retries=RETRY_WHILE_RESTARTABLE,
-            runtime_env={"env_vars": dict(BASE_ENV)},
+    references = [
+        ReferenceClient(
+            watched(ReferenceActor)
+            .options(
+                num_cpus=1,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards + member),
+                max_restarts=ACTOR_MAX_RESTARTS,
+                max_task_retries=RETRY_WHILE_RESTARTABLE,
+                runtime_env={"env_vars": dict(BASE_ENV)},
+            )
+            .remote(policies, threads)
         )
-        .remote(policies, threads)
-    )
-    *described, described_reference = wait_described([*cards, reference])
-    refuse_other_bytes([*described, described_reference], loaded)
-    placed = [Placed(card, d) for card, d in zip(cards, unique_labels(described), strict=True)]
-    return Placement(group, placed, Placed(reference, described_reference), accelerator(kind).ray_resource)
+        for member in range(n_references)
+    ]
+    described = wait_described([*cards, *references])
+    refuse_other_bytes(described, loaded)
+    placed = [Placed(card, d) for card, d in zip(cards, unique_labels(described[:n_cards]), strict=True)]
+    members = [Placed(reference, d) for reference, d in zip(references, described[n_cards:], strict=True)]
+    return Placement(group, placed, members, accelerator(kind).ray_resource)
 
 
 def watched(cls: type) -> Any:
@@ -301,7 +344,7 @@ def place_bench(
 ) -> list[BenchCard]:
     """A BenchActor per card, one bundle each (a bench has no CPU reference), each with its own
     timed-path faults. The placement group lives until Ray shuts down."""
-    group = reserve(kind, n_cards, "PACK", cpu_bundle=False)
+    group = reserve(kind, n_cards, "PACK", cpu_bundles=0)
     actors = [
         BenchClient(
             ray.remote(BenchActor)

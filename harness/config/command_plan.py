@@ -55,9 +55,9 @@ def bench_plan(config: BenchConfig) -> BenchPlan:
 
 # What a resumed run takes from the invocation that resumes it: where its results, its cluster
 # and its JUnit file are, always; and where given, what changes no unit's outcome (how long an
-# actor may take, the memory guard).
+# actor may take, the memory guard, how many actors share the CPU reference's work).
 RESUME_FROM_HERE = ("results", "address", "progress", "junit_xml")
-RESUME_APPLIES = (*RESUME_FROM_HERE, "hang_timeout", "max_memory_gib")
+RESUME_APPLIES = (*RESUME_FROM_HERE, "hang_timeout", "max_memory_gib", "reference_pool")
 # The invocation's own: --resume RUN names the run, whatever --run-id says.
 RESUME_OWN = ("resume", "run_id")
 

@@ -390,6 +390,15 @@ class SweepConfig(CommonOptions):
         gt=0,
     )
     placement: Strategy = option("--placement", "placement group strategy", "PACK", choices=PLACEMENT_STRATEGIES)
+    reference_pool: int | None = option(
+        "--reference-pool",
+        "CPU reference actors sharing its work (default: one per CPU the cluster has left after the cards, 1 to 6); "
+        "results are the same whatever the number",
+        None,
+        type=int,
+        metavar="N",
+        ge=1,
+    )
     keep_float32: Annotated[KeptFloat32 | None, BeforeValidator(_kept_float32), PlainSerializer(_kept_path)] = option(
         "--keep-float32",
         "a precision plan `harness diagnose` wrote: its layers computed in float32 on every card, each planned dtype "

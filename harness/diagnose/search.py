@@ -139,6 +139,7 @@ def rerun_actors(
                 step.common.faults,
                 folder / "faults",
                 policies,
+                step.reference_pool,
             )
         yield placement, Watch(placement, step.hang_timeout, phases["actors"])
 

@@ -148,7 +148,10 @@ class RunSummary:
     dead_cards: list[str] | None = None  # cards that produced nothing for a unit
     resent_units: int | None = None  # units sent again, their results having come from two nodes
     closed_loop: str | None = None  # what --episodes auto played and why it stopped ("" without it)
-    reference_s: dict[str, float] | None = None  # the CPU reference's seconds per dtype
+    reference_s: dict[str, float] | None = None  # the CPU reference's seconds per dtype (its pool's summed)
+    reference_pool: int | None = None  # the CPU reference's actors, sharing its work
+    busy_s: dict[str, float] | None = None  # each actor's wall seconds in its calls, by actor
+    busy_cpu_s: dict[str, float] | None = None  # each actor's CPU seconds in its calls, by actor
     without_episodes: dict[str, str] | None = None  # policies without an environment, and the flag that gives them one
     env_renames: dict[str, str] | None = None  # each policy whose environment gymnasium renamed: the rename
     env_notes: list[str] | None = None  # policies that played another environment than --env, and why

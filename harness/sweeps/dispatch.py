@@ -16,6 +16,12 @@ A batch unit the judge failed is followed by layer searches (`LocateWork`, named
 harness/sweeps/localize.py): each asks only the actors it compares for every layer's output on
 the same batch, and its judge says where the failure began (`Located`).
 
+The reference's results are shared out over its pool (harness/cluster/place.py): each result
+goes, once, to the member with the least of its kind of work so far (batches by rows, episode sets
+by episodes, a replay as an honest card counted at its cost), and a unit's roles may be computed by
+several members.
+Every member is the same CPU runner, so who computed a result changes none of its bytes.
+
 What comes back from an actor is `Produced`: the value and where it was computed. Gathering
 (harness/sweeps/gather.py) unwraps it; `judge` sees the values.
 """
@@ -53,12 +59,18 @@ from harness.judge.verdicts import (
 from harness.outputs import EpisodeOutput, Outputs
 from harness.policies import GOLDEN_DTYPE
 from harness.policies.base import ACTION_MASK, EPISODE_START
+from harness.cluster.clients import ReferenceClient
 from harness.cluster.place import Placement
 from harness.sweeps.plan import BatchWork, EpisodeWork, InvarianceWork, LoaderWork, LocateWork, Search, Unit
 from harness.store.schema import CheckRow, EpisodeRow
 from harness.workloads import ObsBatch
 
 T = TypeVar("T")
+# What an honest-card replay costs the reference beside playing the same episodes: its forward hooks
+# nudge every layer's output (harness/inference/faults.py); measured about twice (two RL Zoo landers,
+# 8 episodes a mode: the reference's plain sets and their replays took 12.0 CPU seconds, where a
+# card's same plain sets took 4.0).
+HONEST_REPLAY_COST = 2.0
 
 
 class Role(StrEnum):
@@ -99,13 +111,14 @@ class SharedRefs:
 class Submitted:
     """A unit in flight: one ref per card by its place in the card order (none for a loader unit;
     only the cards it compares for a layer search), each card's run of the whole batch for a
-    batch-invariance unit, and the references by role."""
+    batch-invariance unit, the references by role, and the pool member that computes each role."""
 
     unit: Unit
     cards: dict[int, ray.ObjectRef]
     references: dict[Role, ray.ObjectRef]
     inside: list[ray.ObjectRef] = field(default_factory=list)
     shared: list[Hashable] = field(default_factory=list)
+    members: dict[Role, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -141,10 +154,10 @@ class Judged:
 
 
 def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submitted:
-    """Send `unit` to every card and to the CPU reference; with `shared` None, reuse nothing."""
+    """Send `unit` to every card and to the CPU reference's pool; with `shared` None, reuse nothing."""
     work, dtype, cards = unit.work, base_dtype(unit.dtype), [card.actor for card in placement.cards]
-    reference = placement.reference.actor
     job = Submitted(unit, {}, {})
+    asked: dict[Role, tuple[int, ray.ObjectRef]] = {}  # the reference's roles: (pool member, ref)
 
     def once(key: Hashable, make: Callable[[], T]) -> T:
         if shared is None:
@@ -152,16 +165,27 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
         job.shared.append(key)
         return shared.take(key, make)
 
-    def reference_batch(batch: ObsBatch, as_dtype: str) -> ray.ObjectRef:
+    def on_reference(
+        key: Hashable, kind: str, cost: float, call: Callable[[ReferenceClient], ray.ObjectRef]
+    ) -> tuple[int, ray.ObjectRef]:
+        def make() -> tuple[int, ray.ObjectRef]:
+            member = placement.next_reference(kind, cost)
+            return member, call(placement.references[member].actor)
+
+        return once(key, make)
+
+    def reference_batch(batch: ObsBatch, as_dtype: str) -> tuple[int, ray.ObjectRef]:
         # Keyed by the input's bytes: a batch unit and the loader unit of the same batch share them.
         key = ("reference", unit.policy, batch.sha256, as_dtype)
-        return once(key, lambda: reference.run_batch(unit.policy, as_dtype, batch.obs, batch.noise))
+        rows = len(batch.noise)
+        return on_reference(key, "batches", rows, lambda r: r.run_batch(unit.policy, as_dtype, batch.obs, batch.noise))
 
-    def reference_episodes(episodes: EpisodeWork, honest: bool) -> ray.ObjectRef:
+    def reference_episodes(episodes: EpisodeWork, honest: bool) -> tuple[int, ray.ObjectRef]:
         # Keyed by the episodes: the unit of every dtype shares them.
         key = ("reference", unit.policy, episodes.input_sha256, "float32", honest)
         args = episode_args(episodes)
-        return once(key, lambda: reference.run_episodes(unit.policy, "float32", *args, honest))
+        cost = len(episodes.seeds) * (HONEST_REPLAY_COST if honest else 1.0)
+        return on_reference(key, "episodes", cost, lambda r: r.run_episodes(unit.policy, "float32", *args, honest))
 
     def whole_batch(batch_work: BatchWork | InvarianceWork) -> list[ray.ObjectRef]:
         obs, noise = batch_work.batch.obs, batch_work.batch.noise
@@ -171,7 +195,7 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
     match work:
         case BatchWork():
             job.cards = dict(enumerate(whole_batch(work)))
-            job.references = {
+            asked = {
                 Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
                 Role.SAME: reference_batch(work.batch, unit.dtype),
@@ -182,20 +206,27 @@ def submit(placement: Placement, unit: Unit, shared: SharedRefs | None) -> Submi
             job.inside = whole_batch(work)
         case LoaderWork():
             onnx_key = ("reference", unit.policy, work.input_sha256, "onnx")
-            job.references = {
+            asked = {
                 Role.GOLDEN: reference_batch(work.batch, GOLDEN_DTYPE),
                 Role.FLOAT32: reference_batch(work.batch, "float32"),
-                Role.ONNX: once(onnx_key, lambda: reference.run_onnx(unit.policy, work.batch.obs)),
+                Role.ONNX: on_reference(
+                    onnx_key, "batches", len(work.batch.noise), lambda r: r.run_onnx(unit.policy, work.batch.obs)
+                ),
             }
         case EpisodeWork():
             job.cards = {i: c.run_episodes(unit.policy, dtype, *episode_args(work)) for i, c in enumerate(cards)}
-            job.references = {Role.FLOAT32: reference_episodes(work, False), Role.HONEST: reference_episodes(work, True)}
+            # The costlier replay first, so the cheaper set goes where the least is left.
+            asked = {Role.HONEST: reference_episodes(work, True), Role.FLOAT32: reference_episodes(work, False)}
         case LocateWork():
             job.cards = {i: cards[i].capture(unit.policy, dtype, work.batch.obs) for i in compared_cards(work)}
             as_dtype = {Role.SAME: unit.dtype, Role.GOLDEN: GOLDEN_DTYPE}
-            job.references = {r: reference.capture(unit.policy, as_dtype[r], work.batch.obs) for r in HELD_TO[work.search]}
+            for role in HELD_TO[work.search]:  # asked once per search: no other unit shares them
+                member = placement.next_reference("batches", len(work.batch.noise))
+                asked[role] = member, placement.references[member].actor.capture(unit.policy, as_dtype[role], work.batch.obs)
         case _:
             assert_never(work)
+    job.references = {role: ref for role, (_, ref) in asked.items()}
+    job.members = {role: member for role, (member, _) in asked.items()}
     return job
 
 

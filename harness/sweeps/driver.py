@@ -34,7 +34,7 @@ from harness.judge.verdicts import Rules, tolerance_of
 from harness.policies import PolicyNet
 from harness.report.summary import gating_of, print_summary
 from harness.sweeps.dispatch import SharedRefs, check_row, judge, submit
-from harness.sweeps.gather import RunIncomplete, Watch, gather
+from harness.sweeps.gather import RunIncomplete, Watch, actor_times, gather
 from harness.sweeps.closed_loop import ClosedLoop
 from harness.config.command_plan import SweepPlan
 from harness.sweeps.localize import Searches
@@ -58,7 +58,7 @@ class SweepOutcome:
     checks_path: Path
     phases: Phases
     reference_s: dict[str, float]
-    """Seconds the CPU reference spent per dtype: the float64 golden, float32, each card's dtype."""
+    """Seconds the CPU reference (its pool summed) spent per dtype: the float64 golden, float32, each card's dtype."""
     resume_args: list[str] = field(default_factory=list)
     """Where the run stopped early and can be finished: the options that finish it (`--resume RUN_ID ...`)."""
     dashboard: str = ""
@@ -125,7 +125,16 @@ def _sweep(
         with phases("actors"):
             marker_dir = writer.staging / "faults"
             placement = place_sweep(
-                kind, n_cards, plan.placement, specs, plan.common.threads, plan.common.precision, faults, marker_dir, policies
+                kind,
+                n_cards,
+                plan.placement,
+                specs,
+                plan.common.threads,
+                plan.common.precision,
+                faults,
+                marker_dir,
+                policies,
+                plan.reference_pool,
             )
             devices = [placed.described.record() for placed in placement.actors]
         with phases("plan"):
@@ -155,8 +164,8 @@ def _sweep(
                 _stage_verdicts(closed, writer, done)
             summary.dead_cards, summary.resent_units = sorted(dropped.dead), dropped.resent
             summary.closed_loop = closed.describe()
-            asked = watch.follow(watch.reference, [placement.reference.actor.compute_seconds()], "its compute times")
-            [reference_s] = watch.get(asked)
+            times = actor_times(placement, watch)
+            reference_s = times.reference_s
             replacements = watch.replacements()
         except RunIncomplete as exc:
             lost = [str(loss) for loss in exc.losses]
@@ -174,6 +183,9 @@ def _sweep(
         renames = env_renames(policies)
         played = env_notes(plan, policies)
         summary.reference_s = {dtype: round(s, 3) for dtype, s in reference_s.items()}
+        summary.reference_pool = len(placement.references)
+        summary.busy_s = {actor: round(busy.wall_s, 3) for actor, busy in times.busy.items()}
+        summary.busy_cpu_s = {actor: round(busy.cpu_s, 3) for actor, busy in times.busy.items()}
         summary.without_episodes, summary.env_renames, summary.env_notes = unplayed, renames, played
         summary.replaced, summary.events = watch.replaced(), watch.events
         run_row.devices = json.dumps([*devices, *replacements])

@@ -12,8 +12,8 @@ a bound and naming what was lost (`RunIncomplete`), where Ray cannot recover:
   the policies again (a CUDA build of torch on a busy 2-core machine: over 40 s);
 - an actor that hangs twice: no progress for longer than its bound (harness/sweeps/pace.py), the
   second time after the driver killed it and Ray restarted it;
-- the CPU reference failing for good: nothing is judged without it (a layer search that fails
-  there is noted on the rows it would have named, as one that fails on a card is).
+- an actor of the CPU reference's pool failing for good: nothing is judged without it (a layer
+  search that fails there is noted on the rows it would have named, as one that fails on a card is).
 
 The driver sees each actor as a lane: its shares of the units, in the order it runs them (Ray runs
 an actor's tasks in submission order). The first share is the one running; it started when the
@@ -40,7 +40,7 @@ from ray.util.placement_group import placement_group_table
 from harness.errors import first_line
 from harness.inference.runner import Described
 from harness.judge.verdicts import Check, error_check
-from harness.outputs import Produced
+from harness.outputs import Busy, Produced
 from harness.cluster import place, ray_internals
 from harness.cluster.clients import SweepClient
 from harness.sweeps.dispatch import Gathered, Submitted
@@ -94,7 +94,7 @@ class Lane:
     """One actor as the driver sees it: its shares in the order it runs them, its progress, its
     node, and the label of its results by the node that computed them."""
 
-    role: str  # "card1", or REFERENCE_ROLE
+    role: str  # "card1", or REFERENCE_ROLE (with its place in the pool, where the pool has several)
     actor: SweepClient
     node_id: str
     labels: dict[str, str]  # node id -> the label of this actor's results computed there
@@ -115,7 +115,7 @@ class Lane:
 
     @property
     def name(self) -> str:
-        return self.role if self.role == REFERENCE_ROLE else f"{self.role} ({self.label})"
+        return self.role if self.role.startswith(REFERENCE_ROLE) else f"{self.role} ({self.label})"
 
     def running(self) -> str:
         if not self.shares:
@@ -147,7 +147,7 @@ def node_alive(node_id: str) -> bool:
 
 
 class Watch:
-    """Waits for a sweep's results while watching its actors (cards, then the CPU reference)."""
+    """Waits for a sweep's results while watching its actors (cards, then the CPU reference's pool)."""
 
     def __init__(self, placement: Placement, hang_timeout_s: float, started_s: float = 0.0) -> None:
         """`started_s`: how long the actors took to start, which bounds a restart's wait until a
@@ -155,9 +155,11 @@ class Watch:
         self.group = placement.group
         self.hang_timeout_s = hang_timeout_s
         self.started_s = started_s
-        self.reference = len(placement.cards)  # its lane, as its bundle, comes after the cards'
+        # The pool's lanes, as its bundles, come after the cards'; `reference` is its first member's.
+        self.reference = len(placement.cards)
+        self.references = range(self.reference, self.reference + len(placement.references))
         now = time.monotonic()
-        roles = [f"card{i}" for i in range(len(placement.cards))] + [REFERENCE_ROLE]
+        roles = [f"card{i}" for i in range(len(placement.cards))] + reference_roles(len(placement.references))
         self.lanes = [
             Lane(role, p.actor, p.described.node_id, {p.described.node_id: p.label}, p.label, Pace(now))
             for role, p in zip(roles, placement.actors, strict=True)
@@ -197,9 +199,9 @@ class Watch:
 
     def result(self, lane: int, ref: Any, unit: Unit) -> Produced[Any]:
         """What a ready ref holds. A card's failure on a node that lives is raised for the caller
-        to record, and so is the CPU reference's in a layer search; the run ends where the actor's
-        node is gone (Ray could not bring it back) or the CPU reference failed other work; a
-        result lost with its node is Resend."""
+        to record, and so is a CPU reference's in a layer search; the run ends where the actor's
+        node is gone (Ray could not bring it back) or a member of the CPU reference's pool failed
+        other work; a result lost with its node is Resend."""
         try:
             produced: Produced[Any] = ray.get(ref)
         except ray.exceptions.ObjectLostError:  # computed, then lost with its node: compute it again
@@ -209,7 +211,7 @@ class Watch:
             running = f"{unit.policy} {unit.dtype} {unit.workload}"
             if not node_alive(watched.node_id):
                 raise RunIncomplete([Loss(watched.name, f"its {node_name(watched.node_id)} is gone", running)]) from None
-            if lane == self.reference and not isinstance(unit.work, LocateWork):
+            if lane in self.references and not isinstance(unit.work, LocateWork):
                 raise RunIncomplete([Loss(watched.name, f"failed for good ({first_line(exc)})", running)]) from None
             raise
         return produced
@@ -354,11 +356,45 @@ class Watch:
         lane.steps = lane.asked = None
 
 
+@dataclass(frozen=True)
+class ActorTimes:
+    """What a sweep's actors spent computing, as its runs row records it."""
+
+    reference_s: dict[str, float]  # the CPU reference's seconds per kind of work, its pool's summed
+    busy: dict[str, Busy]  # what each actor spent computing, by its name
+
+
+def actor_times(placement: Placement, watch: Watch) -> ActorTimes:
+    """Asked of every actor once its work is done (it answers after the work sent before); a card
+    that died for good (recorded dead) has no busy time to give."""
+    busy = [watch.follow(i, [lane.actor.busy_time()], "its busy time")[0] for i, lane in enumerate(watch.lanes)]
+    pool = zip(watch.references, placement.references, strict=True)
+    kinds = [watch.follow(lane, [member.actor.compute_seconds()], "its compute times")[0] for lane, member in pool]
+    watch.wait([*busy, *kinds])
+    reference_s: dict[str, float] = {}
+    for seconds in ray.get(kinds):
+        for what, s in seconds.items():
+            reference_s[what] = reference_s.get(what, 0.0) + s
+    alive: dict[str, Busy] = {}
+    for lane, ref in zip(watch.lanes, busy, strict=True):
+        try:
+            alive[lane.name] = ray.get(ref)
+        except ray.exceptions.RayError:
+            continue
+    return ActorTimes(reference_s, alive)
+
+
+def reference_roles(pool: int) -> list[str]:
+    """The CPU reference's pool as a run names it: one actor is the reference; several are numbered."""
+    return [REFERENCE_ROLE] if pool == 1 else [f"{REFERENCE_ROLE} {member}" for member in range(pool)]
+
+
 def shares_of(job: Submitted, reference: int) -> dict[int, list[Any]]:
-    """What `job` asked of each actor, by lane: each card its run and (invariance) its whole batch."""
+    """What `job` asked of each actor, by lane: each card its run and (invariance) its whole batch,
+    each member of the reference's pool (lanes from `reference` on) the roles it computes."""
     shares = {position: [ref, *job.inside[position : position + 1]] for position, ref in job.cards.items()}
-    if job.references:
-        shares[reference] = list(job.references.values())
+    for role, ref in job.references.items():
+        shares.setdefault(reference + job.members[role], []).append(ref)
     return shares
 
 
@@ -377,14 +413,18 @@ def gather(job: Submitted, watch: Watch) -> tuple[Gathered, list[Check]] | None:
 
 def _gathered(job: Submitted, watch: Watch, shares: dict[int, list[Any]]) -> tuple[Gathered, list[Check]]:
     got = Gathered({}, {}, {})
-    try:  # only a layer search's reference fails here: for other work, Watch.result ends the run
-        references = _one_node([watch.result(watch.reference, ref, job.unit) for ref in shares.pop(watch.reference, [])])
-    except ray.exceptions.RayError as exc:
-        got.failed[watch.lanes[watch.reference].label] = first_line(exc)
-        references = []
-    for produced in references[:1]:
-        watch.label(watch.reference, produced)
-    got.references = {role: r.value for role, r in zip(job.references, references, strict=False)}
+    lanes = {role: watch.reference + member for role, member in job.members.items()}
+    for lane in watch.references:
+        if shares.pop(lane, None) is None:
+            continue
+        roles = [role for role in job.references if lanes[role] == lane]
+        try:  # only a layer search's reference fails here: for other work, Watch.result ends the run
+            produced = _one_node([watch.result(lane, job.references[role], job.unit) for role in roles])
+        except ray.exceptions.RayError as exc:
+            got.failed[watch.lanes[lane].label] = first_line(exc)
+            continue
+        watch.label(lane, produced[0])
+        got.references |= {role: r.value for role, r in zip(roles, produced, strict=True)}
     for position, refs in shares.items():
         try:
             alone, *whole = _one_node([watch.result(position, ref, job.unit) for ref in refs])
