@@ -171,11 +171,11 @@ def test_a_layer_search_the_cpu_reference_fails_is_noted_where_other_work_ends_t
     watch = _watch(cards=1, hang_timeout_s=60.0)
     batch = make_batch(load_policy("cartpole").info, "normal", 8, 0)
     search = Unit("s", "cartpole", "float16", LocateWork(Search.OVERFLOW, batch, None))
-    job = Submitted(search, {}, {Role.SAME: "same", Role.GOLDEN: "golden"})
+    job = Submitted(search, {}, {Role.SAME: "same", Role.GOLDEN: "golden"}, members={Role.SAME: 0, Role.GOLDEN: 0})
     got, _ = gather._gathered(job, watch, shares_of(job, watch.reference))
     assert got.failed == {"cpu": "boom"} and got.references == {}
     rules = Rules("float16", RatioLimits(), *tolerance_of("float16", {}), frozenset())
     assert judge(search, rules, False, got).located == Located("overflow search failed: boom")
-    batch_job = Submitted(Unit("b", "cartpole", "float16", BatchWork(batch)), {}, {Role.GOLDEN: "golden"})
+    batch_job = Submitted(Unit("b", "cartpole", "float16", BatchWork(batch)), {}, {Role.GOLDEN: "golden"}, members={Role.GOLDEN: 0})
     with pytest.raises(RunIncomplete, match="failed for good"):
         gather._gathered(batch_job, watch, shares_of(batch_job, watch.reference))
