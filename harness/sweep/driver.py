@@ -44,7 +44,8 @@ from harness.sweep.localize import localize_failures, localize_nonfinite, locali
 from harness.cluster.lifecycle import INCOMPLETE, INTERRUPTED, claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.cluster.phases import Phases
 from harness.config.precision_plan import check_plan
-from harness.cluster.place import Placement, cluster_address, place_sweep
+from harness.cluster import warm
+from harness.cluster.place import Placement, cluster_address
 from harness.sweep.plan import BatchWork, EpisodeWork, Inputs, Unit, load_policies, plan_inputs, plan_units
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
@@ -131,8 +132,17 @@ def _sweep(
         refuse_absent_cards(faults, n_cards, cards_source(plan.common))
         with phases("actors"):
             marker_dir = writer.staging / "faults"
-            placement = place_sweep(
-                kind, n_cards, plan.placement, specs, plan.common.threads, plan.common.precision, faults, marker_dir, policies
+            placement = warm.place(
+                kind,
+                n_cards,
+                plan.placement,
+                specs,
+                plan.common.threads,
+                plan.common.precision,
+                faults,
+                marker_dir,
+                policies,
+                writer.run_id,
             )
             devices = [placed.described.record() for placed in placement.actors]
         with phases("plan"):
