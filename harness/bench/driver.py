@@ -41,6 +41,7 @@ from harness.sweep.budget import cards_source, check_cards, check_memory, estima
 from harness.cluster.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.config.command_plan import BenchPlan
 from harness.cluster.phases import Phases
+from harness.cluster import warm
 from harness.cluster.place import BenchCard, cluster_address, place_bench
 from harness.sweep.plan import load_policies
 from harness.cluster.provenance import new_run_row, now
@@ -157,6 +158,7 @@ def bench_cards(
     phases = phases or Phases()
     with ray_cluster(address, kind, cards, phases) as joined:
         refuse_absent_cards(faults, joined.n_cards, "all the cluster has")
+        warm.refuse_for_bench()
         with phases("actors"):
             placed = place_bench(kind, joined.n_cards, specs, policies, threads, precision, faults)
         yield placed

@@ -5,6 +5,7 @@ until `harness down`, Ctrl-C, or its idle timeout."""
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Callable
 
 DEFAULT_IDLE_TIMEOUT_S = 1800.0  # harness.cluster.warm's, without importing Ray for --help
@@ -36,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _positive(type_: Callable[[str], float]) -> Callable[[str], float]:
     def parse(text: str) -> float:
         value = type_(text)
-        if not value > 0:
+        if not (value > 0 and math.isfinite(value)):
             raise ValueError(text)
         return value
 

@@ -52,13 +52,14 @@ class Keeper:
         if self.stop_asked:
             return None
         if self._held():
-            self.last_used = time.monotonic()
+            return 0.0
         return time.monotonic() - self.last_used
 
     def stop(self) -> None:
         self.stop_asked = True
 
     def _held(self) -> bool:
+        """Whether a driver holds the cards; one that is gone gives them back, idle from now."""
         if self.lease_ is not None and not job_alive(self.lease_.job_id):
             self.lease_, self.last_used = None, time.monotonic()
         return self.lease_ is not None

@@ -17,7 +17,8 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 import ray
@@ -104,7 +105,7 @@ def answers(address: str, timeout_s: float = 2.0) -> bool:
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             return True
-    except (OSError, ValueError):
+    except (OSError, ValueError, OverflowError):  # nothing listens; not a host:port (a port past 65535)
         return False
 
 
@@ -151,9 +152,8 @@ def up(kind: Kind, cards: int | None, idle_timeout_s: float) -> None:
             f"warm cards are already up at {recorded.address} (process {recorded.pid}): use them "
             f"(harness sweep --address {recorded.address}) or stop them first (harness down)"
         )
-    os.environ.pop("RAY_ADDRESS", None)  # up always starts a cluster of its own, never joins one
     phases = Phases()
-    with ray_cluster(None, kind, cards, phases) as joined:
+    with own_cluster(), ray_cluster(None, kind, cards, phases) as joined:
         address = ray.get_runtime_context().gcs_address
         with phases("actors"):
             keeper = place_warm_cards(kind, joined.n_cards, idle_timeout_s)
@@ -176,6 +176,17 @@ def up(kind: Kind, cards: int | None, idle_timeout_s: float) -> None:
         finally:
             mine.forget()
         print(f"warm cards down: {why}", flush=True)
+
+
+@contextmanager
+def own_cluster() -> Iterator[None]:
+    """While inside, RAY_ADDRESS is unset: `harness up` starts a cluster of its own, never joins one."""
+    joined = os.environ.pop("RAY_ADDRESS", None)
+    try:
+        yield
+    finally:
+        if joined is not None:
+            os.environ["RAY_ADDRESS"] = joined
 
 
 def place_warm_cards(kind: Kind, n_cards: int, idle_timeout_s: float) -> KeeperClient:
@@ -257,6 +268,16 @@ def find_keeper() -> KeeperClient | None:
         return KeeperClient(ray.get_actor(KEEPER, namespace=NAMESPACE))
     except ValueError:
         return None
+
+
+def refuse_for_bench() -> None:
+    """A bench places card actors of its own (BenchActor), and on the cluster of `harness up` the
+    cards are held by the warm ones: refused at once, not after the placement timeout."""
+    if find_keeper() is not None:
+        raise UsageError(
+            "harness bench places card actors of its own, and this cluster's cards are held by the warm cards of "
+            "harness up: run the bench without --address, or stop them first (harness down)"
+        )
 
 
 def place(

@@ -155,17 +155,21 @@ def switch_values(switches: Iterable[Switch]) -> dict[str, object]:
 
 
 def restore_switches(switches: Iterable[Switch], values: dict[str, object]) -> None:
-    """Set every switch of `values` back to its value there. One that cannot be set back and
-    reads otherwise now is a UsageError: the process would compute as it was left, not as it started."""
+    """Set every switch of `values` back to its value there (where a switch has no `restore`, only
+    its strict value can be). One that cannot be set back and reads otherwise now is a UsageError:
+    the process would compute as it was left, not as it started."""
     for switch in switches:
         if switch.name not in values or read_setting(switch.get) == values[switch.name]:
             continue
-        if switch.restore is None:
+        if switch.restore is not None:
+            switch.restore(values[switch.name])
+        elif values[switch.name] == switch.strict:
+            switch.make_strict()
+        else:
             raise UsageError(
                 f"{switch.name} cannot be set back to {values[switch.name]!r} in a running process: "
                 "stop the warm cards (harness down) and start them again (harness up)"
             )
-        switch.restore(values[switch.name])
 
 
 def read_switches(switches: Iterable[Switch]) -> dict[str, object]:
