@@ -63,7 +63,8 @@ class Started:
 
 class WarmPolicyActor(PolicyActor):
     """A card's actor that outlives a sweep: `__init__` opens the card (the start a sweep saves:
-    the process, torch, the card's runtime), `begin` sets it up for each sweep."""
+    the process, torch, the card's runtime); PolicyActor's own constructor runs in `begin`, once
+    per sweep, with the sweep's arguments."""
 
     def __init__(self, kind: Kind, position: int) -> None:
         self.label = open_card(kind, ray_card_id(kind, position), "device-default").label
@@ -97,7 +98,7 @@ class WarmPolicyActor(PolicyActor):
 
 
 class WarmReferenceActor(ReferenceActor):
-    """The CPU reference that outlives a sweep (WarmPolicyActor)."""
+    """The CPU reference that outlives a sweep; ReferenceActor's constructor runs in `begin` (WarmPolicyActor)."""
 
     def __init__(self) -> None:
         self.started = Started.now(SIMULATED)

@@ -171,16 +171,15 @@ def warm_cards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
         if "RAY_AUTH_MODE=token" in said[-1]:
             env["RAY_AUTH_MODE"] = "token"
         yield Up(process, address, env, said)
-    finally:
         down = subprocess.run(
             [sys.executable, "-m", "harness", "down"], capture_output=True, text=True, cwd=REPO, env=env, timeout=120
         )
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
+        assert down.returncode == 0, down.stderr
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
             os.killpg(process.pid, 9)
             process.wait()
-        assert down.returncode == 0, down.stderr
 
 
 def harness(up: Up, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
