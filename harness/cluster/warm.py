@@ -22,11 +22,10 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 import ray
-from ray import ObjectRef
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from actors.warm import WarmPolicyActor, WarmReferenceActor
-from harness.cluster.clients import PolicyClient, ReferenceClient
+from harness.cluster.clients import KeeperClient, PolicyClient, WarmCardClient, WarmReferenceClient
 from harness.cluster.keeper import Keeper, WarmCards
 from harness.cluster.lifecycle import ray_cluster
 from harness.cluster.phases import Phases
@@ -46,7 +45,6 @@ from harness.cluster.place import (
 from harness.devices import SIMULATED, Kind, accelerator
 from harness.errors import UsageError, first_line
 from harness.inference.fault_specs import MODEL_KINDS, Fault
-from harness.inference.runner import Described
 from harness.policies import PolicyNet, PolicySpec
 
 NAMESPACE = "harness-warm"
@@ -109,37 +107,6 @@ def answers(address: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-@dataclass(frozen=True)
-class KeeperClient:
-    handle: ray.actor.ActorHandle
-
-    def info(self) -> ObjectRef[WarmCards]:
-        return self.handle.info.remote()
-
-    def lease(self, run_id: str, job_id: str) -> ObjectRef[str | None]:
-        return self.handle.lease.remote(run_id, job_id)
-
-    def idle_s(self) -> ObjectRef[float | None]:
-        return self.handle.idle_s.remote()
-
-    def stop(self) -> ObjectRef[None]:
-        return self.handle.stop.remote()
-
-
-class WarmCardClient(PolicyClient):
-    """A warm card (actors/warm.py), which a sweep sets up for itself before it sends it work."""
-
-    def begin(
-        self, run_id: str, policies: list[PolicySpec], threads: int, precision: str, faults: list[Fault], marker: str
-    ) -> ObjectRef[Described]:
-        return self.handle.begin.remote(run_id, policies, threads, precision, faults, marker)
-
-
-class WarmReferenceClient(ReferenceClient):
-    def begin(self, run_id: str, policies: list[PolicySpec], threads: int) -> ObjectRef[Described]:
-        return self.handle.begin.remote(run_id, policies, threads)
-
-
 # harness up ------------------------------------------------------------------------------------
 
 
@@ -194,13 +161,15 @@ def place_warm_cards(kind: Kind, n_cards: int, idle_timeout_s: float) -> KeeperC
     group = reserve(kind, n_cards, "PACK", cpu_bundle=True)
     named = {"namespace": NAMESPACE, "lifetime": "detached"}
     # No restarts: Ray restarts an actor from its constructor's arguments, which hold no sweep.
-    actors = [
-        watched(WarmPolicyActor)
-        .options(**card_options(kind, group, position, {}), name=card_name(position), **named)
-        .remote(kind, position)
+    cards = [
+        WarmCardClient(
+            watched(WarmPolicyActor)
+            .options(**card_options(kind, group, position, {}), name=card_name(position), **named)
+            .remote(kind, position)
+        )
         for position in range(n_cards)
     ]
-    actors.append(
+    reference = WarmReferenceClient(
         watched(WarmReferenceActor)
         .options(
             num_cpus=1,
@@ -211,10 +180,9 @@ def place_warm_cards(kind: Kind, n_cards: int, idle_timeout_s: float) -> KeeperC
         )
         .remote()
     )
-    keeper = (
-        ray.remote(Keeper).options(num_cpus=0, name=KEEPER, **named).remote(WarmCards(kind, n_cards, group, idle_timeout_s))
-    )
-    ray.get([actor.ready.remote() for actor in actors])
+    warm = WarmCards(kind, n_cards, group, idle_timeout_s)
+    keeper = ray.remote(Keeper).options(num_cpus=0, name=KEEPER, **named).remote(warm)
+    ray.get([*(card.ready() for card in cards), reference.ready()])
     return KeeperClient(keeper)
 
 
