@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -217,7 +218,7 @@ def down(address: str | None) -> str:
     try:
         keeper = find_keeper()
         if keeper is None:
-            raise UsageError(f"the Ray cluster at {target} has no warm cards (harness up starts them); ray stop stops it")
+            raise UsageError(f"the Ray cluster at {target} has no warm cards (harness up starts them)")
         ray.get(keeper.stop())
     finally:
         ray.shutdown()
