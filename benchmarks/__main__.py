@@ -9,6 +9,7 @@ import sys
 BENCHMARKS = (
     "sweep_wall_time",
     "startup",
+    "warm",
     "ratio_limits",
     "closed_loop_rule",
     "episode_batching",

@@ -176,6 +176,8 @@ def test_a_layer_search_the_cpu_reference_fails_is_noted_where_other_work_ends_t
     assert got.failed == {"cpu": "boom"} and got.references == {}
     rules = Rules("float16", RatioLimits(), *tolerance_of("float16", {}), frozenset())
     assert judge(search, rules, False, got).located == Located("overflow search failed: boom")
-    batch_job = Submitted(Unit("b", "cartpole", "float16", BatchWork(batch)), {}, {Role.GOLDEN: "golden"}, members={Role.GOLDEN: 0})
+    batch_job = Submitted(
+        Unit("b", "cartpole", "float16", BatchWork(batch)), {}, {Role.GOLDEN: "golden"}, members={Role.GOLDEN: 0}
+    )
     with pytest.raises(RunIncomplete, match="failed for good"):
         gather._gathered(batch_job, watch, shares_of(batch_job, watch.reference))

@@ -54,6 +54,8 @@ BASE: dict[str, list[str]] = {
     "repro": ["--results", RESULTS, "--", RUN_ID],
     "export-onnx": ["--", "cartpole", "out.onnx"],
     "info": ["--json"],
+    "up": ["--accelerator", "cpu"],
+    "down": [],
 }
 COMMANDS = tuple(BASE)
 

@@ -46,8 +46,8 @@ def test_the_commands_are_the_parser_s_and_a_misspelt_one_is_exit_2_naming_the_n
     proc = harness("swep")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines() == [
-        "harness: error: command 'swep' is not one of info, sweep, bench, query, report, export-onnx, diagnose, repro; "
-        "did you mean 'sweep'?"
+        "harness: error: command 'swep' is not one of info, sweep, bench, query, report, export-onnx, diagnose, repro, up, "
+        "down; did you mean 'sweep'?"
     ]
 
 

@@ -39,6 +39,7 @@ from harness.benches.work import Loop, Work
 from harness.cluster.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.config.command_plan import BenchPlan
 from harness.cluster.phases import Phases
+from harness.cluster import warm
 from harness.cluster.place import BenchCard, place_bench
 from harness.sweeps.resolve import Resolved, complete
 from harness.cluster.provenance import new_run_row, now
@@ -98,6 +99,7 @@ def _bench(resolved: Resolved[BenchPlan], command: str, held: ExitStack, phases:
 
     with ray_cluster(plan.common.address, kind, resolved.cards.asked, phases) as joined:
         complete(resolved, joined.n_cards)
+        warm.refuse_for_bench()
         with phases("actors"):
             cards = place_bench(kind, joined.n_cards, specs, policies, plan.common.threads, plan.common.precision, faults)
         run_row = new_run_row(
@@ -151,6 +153,7 @@ def bench_cards(
     has), and shut Ray down afterwards: the benchmarks' cards, outside any plan."""
     phases = phases or Phases()
     with ray_cluster(address, kind, cards, phases) as joined:
+        warm.refuse_for_bench()
         with phases("actors"):
             placed = place_bench(kind, joined.n_cards, specs, policies, threads, precision, ())
         yield placed

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NoReturn
 
-from harness.cli import bench, diagnose, export_onnx, info, query, report, repro, sweep
+from harness.cli import bench, diagnose, down, export_onnx, info, query, report, repro, sweep, up
 from harness.errors import InfrastructureError, RunLost, RunUnfinished, UsageError, one_line
 from harness.registry import Registry
 from harness.cluster.signals import sigterm_interrupts
@@ -32,6 +32,8 @@ COMMANDS: Registry[ModuleType] = Registry(
         "export-onnx": export_onnx,
         "diagnose": diagnose,
         "repro": repro,
+        "up": up,
+        "down": down,
     },
 )
 

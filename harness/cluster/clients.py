@@ -11,10 +11,13 @@ import numpy as np
 import ray
 from ray import ObjectRef
 
+from harness.cluster.keeper import WarmCards
 from harness.envs.spec import EnvSpec
+from harness.inference.fault_specs import Fault
 from harness.inference.runner import Described
 from harness.inference.timing import ClosedLoop, LatencyRun, Throughput
 from harness.outputs import Busy, EpisodeOutput, Outputs, Produced
+from harness.policies import PolicySpec
 
 
 # The concurrency group a sweep's actor answers `progress` in: a thread of its own, so the question
@@ -114,3 +117,44 @@ class BenchClient(ActorClient):
         self, key: str, dtype: str, env: EnvSpec, env_impl: str | None, n_envs: int, seed: int, window_s: float, windows: int
     ) -> ObjectRef[list[ClosedLoop]]:
         return self.handle.closed_loop.remote(key, dtype, env, env_impl, n_envs, seed, window_s, windows)
+
+
+class WarmCardClient(PolicyClient):
+    """A warm card of `harness up` (actors/warm.py), which a sweep sets up for itself before it sends it work."""
+
+    def ready(self) -> ObjectRef[str]:
+        return self.handle.ready.remote()
+
+    def begin(
+        self, run_id: str, policies: list[PolicySpec], threads: int, precision: str, faults: list[Fault], fault_marker: str
+    ) -> ObjectRef[Described]:
+        return self.handle.begin.remote(run_id, policies, threads, precision, faults, fault_marker)
+
+
+class WarmReferenceClient(ReferenceClient):
+    """The warm CPU reference of `harness up` (actors/warm.py)."""
+
+    def ready(self) -> ObjectRef[str]:
+        return self.handle.ready.remote()
+
+    def begin(self, run_id: str, policies: list[PolicySpec], threads: int) -> ObjectRef[Described]:
+        return self.handle.begin.remote(run_id, policies, threads)
+
+
+@dataclass(frozen=True)
+class KeeperClient:
+    """The keeper of the warm cards (harness/cluster/keeper.py)."""
+
+    handle: ray.actor.ActorHandle
+
+    def info(self) -> ObjectRef[WarmCards]:
+        return self.handle.info.remote()
+
+    def lease(self, run_id: str, job_id: str) -> ObjectRef[str | None]:
+        return self.handle.lease.remote(run_id, job_id)
+
+    def idle_s(self) -> ObjectRef[float | None]:
+        return self.handle.idle_s.remote()
+
+    def stop(self) -> ObjectRef[None]:
+        return self.handle.stop.remote()

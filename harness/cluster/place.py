@@ -236,7 +236,12 @@ def card_count(kind: Kind, cards: int | None) -> int:
 
 
 def describe_cluster() -> str:
-    total = {k: v for k, v in sorted(ray.cluster_resources().items()) if not k.startswith(("node:", "memory", "object_store"))}
+    # Without a placement group's own resources (`NPU_group_0_<id>`): they repeat what it holds.
+    total = {
+        k: v
+        for k, v in sorted(ray.cluster_resources().items())
+        if not k.startswith(("node:", "memory", "object_store")) and "_group_" not in k
+    }
     nodes = sum(1 for n in ray.nodes() if n.get("Alive"))
     return f"cluster resources: {total} on {nodes} node(s)"
 

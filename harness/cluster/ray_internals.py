@@ -20,6 +20,9 @@ anywhere else.
   joins a raylet of its own machine; where several nodes of one cluster share a machine (a
   `ray.cluster_utils.Cluster`), Ray after 2.40 picks the head's, 2.40 any of them (by hash), and a
   test that kills that node kills the driver too. ray.init has no public way to choose.
+- `job_alive`: whether a driver (a job) is still connected, from the GCS job table: the warm cards
+  of `harness up` serve one sweep at a time and are free again once its driver is gone, however
+  it ended. `ray.util.state.list_jobs` asks the dashboard, which a private local Ray runs none of.
 - `AuthenticationError`: token authentication came after Ray 2.40; on a Ray without it, a class
   nothing raises, so that `except` clauses naming it stay valid.
 """
@@ -44,6 +47,11 @@ def actor_state(actor: Any) -> tuple[str, int] | None:
     restarted, from the GCS actor table; None where the GCS did not answer (a busy one times out)."""
     info = ray._private.state.actors(actor_id=actor._actor_id.hex())
     return (str(info["State"]), int(info.get("NumRestarts", 0))) if info else None
+
+
+def job_alive(job_id: str) -> bool:
+    """Whether the job (driver) of hex id `job_id` is still connected to the cluster."""
+    return any(job["JobID"] == job_id and not job["IsDead"] for job in ray._private.state.jobs())
 
 
 def ask_gcs(address: str, timeout_s: float) -> None:

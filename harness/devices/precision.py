@@ -65,6 +65,9 @@ class Switch:
     # False where this torch has no such setting: then it is neither set nor needed (a switch
     # that is not there cannot reduce anything) and recorded as absent.
     present: Callable[[], bool] = field(default=always, repr=False)
+    # Sets it back to a value `get` read (a warm card going back to how its process started);
+    # None where the setting cannot be set to any value but the strict one.
+    restore: Callable[[object], None] | None = field(default=None, repr=False)
 
 
 def torch_attribute(path: str, strict: object, optional: bool = False) -> Switch:
@@ -85,8 +88,11 @@ def torch_attribute(path: str, strict: object, optional: bool = False) -> Switch
         return getattr(found, name)
 
     def make_strict() -> None:
+        restore(strict)
+
+    def restore(value: object) -> None:
         found, name = owner()
-        setattr(found, name, strict)
+        setattr(found, name, value)
 
     def present() -> bool:
         try:
@@ -95,7 +101,7 @@ def torch_attribute(path: str, strict: object, optional: bool = False) -> Switch
             return False
         return True
 
-    return Switch(path, strict, get, make_strict, present if optional else always)
+    return Switch(path, strict, get, make_strict, present if optional else always, restore)
 
 
 def matmul_precision_switch() -> Switch:
@@ -103,7 +109,11 @@ def matmul_precision_switch() -> Switch:
     import torch
 
     return Switch(
-        MATMUL_PRECISION, "highest", torch.get_float32_matmul_precision, lambda: torch.set_float32_matmul_precision("highest")
+        MATMUL_PRECISION,
+        "highest",
+        torch.get_float32_matmul_precision,
+        lambda: torch.set_float32_matmul_precision("highest"),
+        restore=lambda value: torch.set_float32_matmul_precision(str(value)),
     )
 
 
@@ -137,6 +147,29 @@ def make_strict(switches: Iterable[Switch]) -> dict[str, object]:
         if got != switch.strict:
             raise UsageError(f"--precision strict: {name} reads {got!r} after it was set to {switch.strict!r}")
     return {name: switch.strict for name, switch in done.items()}
+
+
+def switch_values(switches: Iterable[Switch]) -> dict[str, object]:
+    """Each present switch's value as `get` reads it, for `restore_switches` to set back."""
+    return {s.name: s.get() for s in switches if _present(s)}
+
+
+def restore_switches(switches: Iterable[Switch], values: dict[str, object]) -> None:
+    """Set every switch of `values` back to its value there (where a switch has no `restore`, only
+    its strict value can be). One that cannot be set back and reads otherwise now is a UsageError:
+    the process would compute as it was left, not as it started."""
+    for switch in switches:
+        if switch.name not in values or read_setting(switch.get) == values[switch.name]:
+            continue
+        if switch.restore is not None:
+            switch.restore(values[switch.name])
+        elif values[switch.name] == switch.strict:
+            switch.make_strict()
+        else:
+            raise UsageError(
+                f"{switch.name} cannot be set back to {values[switch.name]!r} in a running process: "
+                "stop the warm cards (harness down) and start them again (harness up)"
+            )
 
 
 def read_switches(switches: Iterable[Switch]) -> dict[str, object]:

@@ -25,7 +25,8 @@ class Described:
     """What an actor says of itself, across Ray to the driver: the card it drives, its threads,
     the bytes it loaded (policy -> sha256), its Ray node; and where its kind of actor has them,
     its place among the cards (a sweep's), whether it keeps freed host memory (a bench's) and
-    the faults injected into it. Recorded in `runs.devices` (`record`)."""
+    the faults injected into it; whether it was warm (started by `harness up` before the run) and
+    the run it served before this one, if any. Recorded in `runs.devices` (`record`)."""
 
     device: Device
     threads: int
@@ -34,6 +35,8 @@ class Described:
     position: int | None = None
     holds_host_memory: bool | None = None
     faults: tuple[str, ...] | None = None
+    warm: bool = False
+    served_before: str | None = None
 
     @property
     def label(self) -> str:
@@ -44,7 +47,13 @@ class Described:
 
     def record(self) -> dict[str, object]:
         """As `runs.devices` holds it: the device's fields, then the actor's, those its kind lacks left out."""
-        own = {"threads": self.threads, "policies": self.policies, "node_id": self.node_id}
+        own = {
+            "threads": self.threads,
+            "policies": self.policies,
+            "node_id": self.node_id,
+            "warm": self.warm,
+            "served_before": self.served_before,
+        }
         extra = {"position": self.position, "holds_host_memory": self.holds_host_memory, "faults": self.faults}
         kept = {k: list(v) if isinstance(v, tuple) else v for k, v in extra.items() if v is not None}
         return self.device.as_dict() | own | kept

@@ -40,7 +40,8 @@ from harness.config.command_plan import SweepPlan
 from harness.sweeps.localize import Searches
 from harness.cluster.lifecycle import claim_run_id, finish_run_row, ray_cluster, said_at_the_end
 from harness.cluster.phases import Phases
-from harness.cluster.place import Placement, place_sweep
+from harness.cluster import warm
+from harness.cluster.place import Placement
 from harness.sweeps.plan import BatchWork, EpisodeWork, Inputs, LocateWork, Unit, plan_inputs, plan_units
 from harness.sweeps.resolve import Resolved, complete
 from harness.cluster.provenance import new_run_row, now
@@ -124,7 +125,7 @@ def _sweep(
         complete(resolved, n_cards)
         with phases("actors"):
             marker_dir = writer.staging / "faults"
-            placement = place_sweep(
+            placement = warm.place(
                 kind,
                 n_cards,
                 plan.placement,
@@ -135,6 +136,7 @@ def _sweep(
                 marker_dir,
                 policies,
                 plan.reference_pool,
+                writer.run_id,
             )
             devices = [placed.described.record() for placed in placement.actors]
         with phases("plan"):

@@ -1,0 +1,297 @@
+"""Warm cards between sweeps: `harness up` starts the private Ray cluster a sweep starts for itself,
+places its card actors and CPU reference as detached actors named in NAMESPACE, says its address
+and stays up until `harness down` or until it has been idle for its idle timeout. A sweep that
+joins that address (`--address`, RAY_ADDRESS) finds them and sets them up for itself
+(actors/warm.py) instead of placing its own: it saves the cluster's start, the processes', torch's
+and the cards' runtime's, the part of a sweep that does not depend on what it checks.
+
+One sweep at a time: the keeper (harness/cluster/keeper.py) lends the cards to one driver and
+takes them back when that driver is gone. Where `harness up` is running is recorded in a file
+(`recorded_file`), which `harness down` reads and `harness up` refuses to start over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import ray
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from actors.warm import WarmPolicyActor, WarmReferenceActor
+from harness.cluster.clients import KeeperClient, PolicyClient, WarmCardClient, WarmReferenceClient
+from harness.cluster.keeper import Keeper, WarmCards
+from harness.cluster.lifecycle import ray_cluster
+from harness.cluster.phases import Phases
+from harness.cluster.place import (
+    BASE_ENV,
+    Placed,
+    Placement,
+    card_options,
+    connect,
+    place_sweep,
+    refuse_other_bytes,
+    reserve,
+    unique_labels,
+    wait_described,
+    watched,
+)
+from harness.devices import SIMULATED, Kind, accelerator
+from harness.errors import UsageError, first_line
+from harness.inference.fault_specs import Fault, Strikes
+from harness.policies import PolicyNet, PolicySpec
+
+NAMESPACE = "harness-warm"
+KEEPER = "keeper"
+REFERENCE = "reference"
+# How often `harness up` asks its keeper whether to stop, and `harness down` whether it has.
+POLL_S = 0.5
+DOWN_TIMEOUT_S = 60.0
+
+
+def card_name(position: int) -> str:
+    return f"card{position}"
+
+
+def recorded_file() -> Path:
+    """Where `harness up` records its address and process while it runs: HARNESS_WARM_FILE, else
+    one file per user in the temporary folder."""
+    return Path(os.environ.get("HARNESS_WARM_FILE") or Path(tempfile.gettempdir()) / f"harness-warm-{os.getuid()}.json")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    address: str
+    pid: int
+    auth: str  # RAY_AUTH_MODE as the cluster started ("token": a client needs it too), "" where unset
+
+    @classmethod
+    def read(cls) -> Recorded | None:
+        try:
+            return cls(**json.loads(recorded_file().read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def write(self) -> None:
+        path = recorded_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self)))
+
+    def alive(self) -> bool:
+        """Its process is running and something answers at its address."""
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass  # another user's process of that id: it runs
+        return answers(self.address)
+
+    def forget(self) -> None:
+        if Recorded.read() == self:
+            recorded_file().unlink(missing_ok=True)
+
+
+def answers(address: str, timeout_s: float = 2.0) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except (OSError, ValueError, OverflowError):  # nothing listens; not a host:port (a port past 65535)
+        return False
+
+
+# harness up ------------------------------------------------------------------------------------
+
+
+def up(kind: Kind, cards: int | None, idle_timeout_s: float) -> None:
+    """Start a private Ray cluster with warm cards and serve it until `harness down`, its idle
+    timeout, Ctrl-C or SIGTERM. Where warm cards are up already, a UsageError."""
+    recorded = Recorded.read()
+    if recorded is not None and recorded.alive():
+        raise UsageError(
+            f"warm cards are already up at {recorded.address} (process {recorded.pid}): use them "
+            f"(harness sweep --address {recorded.address}) or stop them first (harness down)"
+        )
+    phases = Phases()
+    with own_cluster(), ray_cluster(None, kind, cards, phases) as joined:
+        address = ray.get_runtime_context().gcs_address
+        with phases("actors"):
+            keeper = place_warm_cards(kind, joined.n_cards, idle_timeout_s)
+        # Ray 2.60 starts a local cluster with token authentication (the token in ~/.ray/auth_token),
+        # and a client joins it only in token mode.
+        mine = Recorded(address, os.getpid(), os.environ.get("RAY_AUTH_MODE", ""))
+        mine.write()
+        auth = f"RAY_AUTH_MODE={mine.auth} " if mine.auth else ""
+        try:
+            print(
+                f"warm cards up at {address}: {joined.n_cards} {kind} card(s) and the CPU reference, in "
+                f"{phases['ray'] + phases['actors']:.1f} s; they stop after {idle_timeout_s:g} s without a sweep",
+                flush=True,
+            )
+            print(f"use them: {auth}harness sweep --address {address}   (or export {auth}RAY_ADDRESS={address})", flush=True)
+            print("stop them: harness down", flush=True)
+            why = serve(keeper, idle_timeout_s)
+        except KeyboardInterrupt:
+            why = "interrupted"
+        finally:
+            mine.forget()
+        print(f"warm cards down: {why}", flush=True)
+
+
+@contextmanager
+def own_cluster() -> Iterator[None]:
+    """While inside, RAY_ADDRESS is unset: `harness up` starts a cluster of its own, never joins one."""
+    joined = os.environ.pop("RAY_ADDRESS", None)
+    try:
+        yield
+    finally:
+        if joined is not None:
+            os.environ["RAY_ADDRESS"] = joined
+
+
+def place_warm_cards(kind: Kind, n_cards: int, idle_timeout_s: float) -> KeeperClient:
+    """The warm actors, detached and named in NAMESPACE (one per card, the reference), and their keeper."""
+    group = reserve(kind, n_cards, "PACK", cpu_bundles=1)
+    named = {"namespace": NAMESPACE, "lifetime": "detached"}
+    # No restarts: Ray restarts an actor from its constructor's arguments, which hold no sweep.
+    cards = [
+        WarmCardClient(
+            watched(WarmPolicyActor)
+            .options(**card_options(kind, group, position, {}), name=card_name(position), **named)
+            .remote(kind, position)
+        )
+        for position in range(n_cards)
+    ]
+    reference = WarmReferenceClient(
+        watched(WarmReferenceActor)
+        .options(
+            num_cpus=1,
+            scheduling_strategy=PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=n_cards),
+            runtime_env={"env_vars": dict(BASE_ENV)},
+            name=REFERENCE,
+            **named,
+        )
+        .remote()
+    )
+    warm = WarmCards(kind, n_cards, group, idle_timeout_s)
+    keeper = ray.remote(Keeper).options(num_cpus=0, name=KEEPER, **named).remote(warm)
+    ray.get([*(card.ready() for card in cards), reference.ready()])
+    return KeeperClient(keeper)
+
+
+def serve(keeper: KeeperClient, idle_timeout_s: float) -> str:
+    """Wait until the keeper is asked to stop or the cards were idle for `idle_timeout_s`; says which."""
+    while True:
+        idle = ray.get(keeper.idle_s())
+        if idle is None:
+            return "stopped (harness down)"
+        if idle >= idle_timeout_s:
+            return f"idle for {idle_timeout_s:g} s"
+        time.sleep(min(POLL_S, idle_timeout_s - idle))
+
+
+# harness down ----------------------------------------------------------------------------------
+
+
+def down(address: str | None) -> str:
+    """Stop the warm cards at `address` (else those `harness up` recorded); returns their address
+    once nothing answers there. Nothing up is a UsageError."""
+    recorded = Recorded.read()
+    target = address or (recorded.address if recorded else None)
+    if target is None:
+        raise UsageError(f"no warm cards are up (none recorded in {recorded_file()}): harness up starts them")
+    if not answers(target):
+        if recorded is not None and recorded.address == target:
+            recorded.forget()  # left by a `harness up` that did not end cleanly
+        raise UsageError(f"no warm cards are up at {target}: nothing answers there")
+    if recorded is not None and recorded.address == target and recorded.auth:
+        os.environ.setdefault("RAY_AUTH_MODE", recorded.auth)
+    connect(target, SIMULATED, None)
+    try:
+        keeper = find_keeper()
+        if keeper is None:
+            raise UsageError(f"the Ray cluster at {target} has no warm cards (harness up starts them)")
+        ray.get(keeper.stop())
+    finally:
+        ray.shutdown()
+    deadline = time.monotonic() + DOWN_TIMEOUT_S
+    while answers(target) and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+    return target
+
+
+# a sweep on warm cards -------------------------------------------------------------------------
+
+
+def find_keeper() -> KeeperClient | None:
+    """The keeper of the cluster this process joined, where it has warm cards."""
+    try:
+        return KeeperClient(ray.get_actor(KEEPER, namespace=NAMESPACE))
+    except ValueError:
+        return None
+
+
+def refuse_for_bench() -> None:
+    """A bench places card actors of its own (BenchActor), and on the cluster of `harness up` the
+    cards are held by the warm ones: refused at once, not after the placement timeout."""
+    if find_keeper() is not None:
+        raise UsageError(
+            "harness bench places card actors of its own, and this cluster's cards are held by the warm cards of "
+            "harness up: run the bench without --address, or stop them first (harness down)"
+        )
+
+
+def place(
+    kind: Kind,
+    n_cards: int,
+    strategy: str,
+    policies: list[PolicySpec],
+    threads: int,
+    precision: str,
+    faults: Sequence[Fault],
+    marker_dir: Path,
+    loaded: dict[str, PolicyNet],
+    pool: int | None,
+    run_id: str,
+) -> Placement:
+    """The sweep's actors: the cluster's warm cards and its one CPU reference set up for run
+    `run_id` where it has them, else actors placed for the run (`place_sweep`, the reference's
+    pool of `pool` actors or as many as the cluster's spare CPUs)."""
+    keeper = find_keeper()
+    if keeper is None:
+        return place_sweep(kind, n_cards, strategy, policies, threads, precision, faults, marker_dir, loaded, pool)
+    warm = ray.get(keeper.info())
+    if warm.kind != kind:
+        raise UsageError(f"the warm cards of this cluster are {warm.kind} cards, and the sweep asked for {kind}")
+    for fault in faults:
+        if fault.record.strikes is not Strikes.POLICY:
+            raise UsageError(
+                f"--inject-fault {fault}: it acts on a card's process, and warm cards keep theirs between sweeps; "
+                "run it on a cluster of its own (without --address)"
+            )
+    holder = ray.get(keeper.lease(run_id, ray.get_runtime_context().get_job_id()))
+    if holder is not None:
+        raise UsageError(f"the warm cards are serving run {holder}: run this sweep when it ends, or without --address")
+    print(f"using the warm cards of harness up: {n_cards} of {warm.n_cards} card(s) and the CPU reference", flush=True)
+    cards = [WarmCardClient(ray.get_actor(card_name(position), namespace=NAMESPACE)) for position in range(n_cards)]
+    reference = WarmReferenceClient(ray.get_actor(REFERENCE, namespace=NAMESPACE))
+    begun = []
+    for position, card in enumerate(cards):
+        mine = [f for f in faults if f.applies_to(position)]
+        begun.append(card.begin(run_id, policies, threads, precision, mine, str(marker_dir / card_name(position))))
+    try:
+        ray.get([*begun, reference.begin(run_id, policies, threads)])
+    except ray.exceptions.RayTaskError as exc:
+        raise UsageError(f"the warm cards could not be set up for this sweep: {first_line(exc.cause or exc)}") from None
+    *described, described_reference = wait_described([*cards, reference])
+    refuse_other_bytes([*described, described_reference], loaded)
+    placed: list[Placed[PolicyClient]] = [Placed(card, d) for card, d in zip(cards, unique_labels(described), strict=True)]
+    return Placement(warm.group, placed, [Placed(reference, described_reference)], accelerator(kind).ray_resource)
