@@ -21,7 +21,7 @@ import torch
 
 from actors.policy_actor import PolicyActor
 from harness import devices
-from harness.cli import COMMANDS, build_parser, main
+import harness.cli
 from harness.config.command_plan import bench_plan
 from harness.config.options import BenchConfig, SweepConfig, validate
 from harness.devices.cpu import SimulatedCpu, cpu_reference
@@ -185,11 +185,13 @@ def test_a_toy_command_is_in_help_and_runs(tmp_path: Path, capsys: pytest.Captur
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    with COMMANDS.registered("toy", module):
-        assert "a toy command that greets" in build_parser().format_help()
-        assert main(["toy", "--times", "2"]) == 0
+    # Read off the module when called: a test that reloads harness.cli gives it a new COMMANDS.
+    cli = harness.cli
+    with cli.COMMANDS.registered("toy", module):
+        assert "a toy command that greets" in cli.build_parser().format_help()
+        assert cli.main(["toy", "--times", "2"]) == 0
     assert capsys.readouterr().out == "hello hello\n"
-    assert main(["toy"]) == 2, "gone with its registration"
+    assert cli.main(["toy"]) == 2, "gone with its registration"
 
 
 # A check kind: a member of CheckKind and its result types in `result_types` (in a copy of the
