@@ -21,6 +21,7 @@ import pytest
 from harness.config.command_plan import sweep_plan
 from harness.config.options import SweepConfig
 from harness.sweeps.driver import run_sweep
+from harness.sweeps.resolve import resolve
 from tests.helpers import read_table
 
 pytestmark = pytest.mark.slow
@@ -60,7 +61,7 @@ def rows(results: Path, table: str) -> Counter[tuple[str, ...]]:
 def sweep(cluster: Any, results: Path, pool: int, run_id: str | None = None) -> dict[str, Counter[tuple[str, ...]]]:
     """The sweep with a pool of `pool`; its checks and episodes rows, once its runs row is checked."""
     config = SweepConfig(**SWEEP, address=cluster.address, reference_pool=pool, results=str(results), run_id=run_id)
-    outcome = run_sweep(sweep_plan(config))
+    outcome = run_sweep(resolve(sweep_plan(config)))
     assert outcome.passed, outcome.status
     [run] = read_table(results, "runs").to_pylist()
     summary, devices = json.loads(run["summary"]), json.loads(run["devices"])
