@@ -56,6 +56,7 @@ def run() -> Comparison:
         tmp = Path(folder)
         env = {**os.environ, "HARNESS_WARM_FILE": str(tmp / "warm.json")}
         env.pop("RAY_ADDRESS", None)
+        env.pop("RAY_AUTH_MODE", None)  # the sweeps and `harness down` take the warm cluster's from its record
         cold = [timed_sweep(env, tmp / "cold" / str(i)) for i in range(ROUNDS)]
         start = time.perf_counter()
         up = subprocess.Popen(
@@ -74,8 +75,6 @@ def run() -> Comparison:
             if not line:
                 raise RuntimeError("harness up ended before its cards were up")
             address = line.split("--address ")[1].split()[0]
-            if "RAY_AUTH_MODE=token" in line:
-                env["RAY_AUTH_MODE"] = "token"
             first = timed_sweep(env, tmp / "warm" / "first", "--address", address)
             warm = [timed_sweep(env, tmp / "warm" / str(i), "--address", address) for i in range(ROUNDS)]
         finally:

@@ -105,10 +105,12 @@ def called(function: str, options: Mapping[str, Any]) -> str:
 def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] = ()) -> RunResult:
     """The sweep of a validated `config`, as `command` (what the runs table records) ran it;
     `given`: the options the caller set, which --resume holds to the run's own."""
-    from harness.config.command_plan import sweep_plan
     from harness.cluster.phases import Phases
+    from harness.cluster.warm_record import adopt_auth
+    from harness.config.command_plan import sweep_plan
     from harness.sweeps.resolve import resolve
 
+    adopt_auth(config.address)
     plan = sweep_plan(config, given)
     phases = Phases()
     resolved = resolve(plan, phases)
@@ -123,10 +125,12 @@ def run_sweep_config(config: SweepConfig, command: str, given: Collection[str] =
 
 def run_bench_config(config: BenchConfig, command: str) -> RunResult:
     """The bench of a validated `config`."""
-    from harness.config.command_plan import bench_plan
     from harness.cluster.phases import Phases
+    from harness.cluster.warm_record import adopt_auth
+    from harness.config.command_plan import bench_plan
     from harness.sweeps.resolve import resolve
 
+    adopt_auth(config.address)
     plan = bench_plan(config)
     phases = Phases()
     resolved = resolve(plan, phases)

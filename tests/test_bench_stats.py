@@ -15,7 +15,6 @@ import pytest
 
 from harness.inference.timing import LatencyWindow, Throughput
 from harness.judge.bench_stats import (
-    MIN_WINDOWS,
     Interval,
     efficiency_above_one,
     fewest_samples,
@@ -109,7 +108,7 @@ def test_the_interval_bounds_the_exact_ranks(q: str) -> None:
 
 
 def test_the_fewest_samples_for_an_interval() -> None:
-    assert MIN_WINDOWS == fewest_samples(0.5) == 6
+    assert fewest_samples(0.5) == 6
     assert order_statistic_ranks(5, 0.5) is None and order_statistic_ranks(6, 0.5) == (1, 6, 0.96875)
     assert order_statistic_ranks(9, 0.5)[:2] == (2, 8)  # type: ignore[index]
     assert fewest_samples(0.99) == 368 and order_statistic_ranks(367, 0.99) is None

@@ -24,6 +24,7 @@ from actors.policy_actor import PolicyActor
 from actors.warm import Started, WarmPolicyActor
 from harness.cluster import keeper as keeper_module
 from harness.cluster.keeper import Keeper, WarmCards
+from harness.cluster.warm_record import Recorded, adopt_auth
 from harness.devices import SIMULATED, accelerator
 from harness.devices.precision import Switch, restore_switches, switch_values
 from harness.errors import UsageError
@@ -128,6 +129,31 @@ def test_up_while_warm_cards_are_up_is_exit_2_before_ray_starts(monkeypatch: pyt
     assert not (tmp_path / "warm.json").exists()
 
 
+def test_a_command_joins_the_warm_cards_in_the_auth_mode_their_cluster_started_with(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Ray reads RAY_AUTH_MODE once, when it is imported: the mode is taken from the record before
+    that, for the recorded address only, and never over the user's own."""
+    monkeypatch.setenv("HARNESS_WARM_FILE", str(tmp_path / "warm.json"))
+    Recorded("192.0.2.2:6379", os.getpid(), "token").write()
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    monkeypatch.delitem(sys.modules, "ray", raising=False)
+    for elsewhere in (None, "192.0.2.2:6380"):  # a private cluster; another cluster
+        adopt_auth(elsewhere)
+        assert "RAY_AUTH_MODE" not in os.environ
+    monkeypatch.setenv("RAY_ADDRESS", "192.0.2.2:6379")
+    adopt_auth(None)
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
+    adopt_auth("192.0.2.2:6379")
+    assert os.environ["RAY_AUTH_MODE"] == "disabled"
+    monkeypatch.delenv("RAY_AUTH_MODE")
+    monkeypatch.setitem(sys.modules, "ray", sys)  # imported already: too late to take effect
+    adopt_auth("192.0.2.2:6379")
+    assert "RAY_AUTH_MODE" not in os.environ
+
+
 # A real `harness up` ---------------------------------------------------------------------------
 
 SWEEP = ("--policy", "cartpole", "--dtypes", "float32,float16", "--batch-sizes", "1,8", "--episodes", "2")
@@ -150,6 +176,9 @@ def warm_cards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
     folder = tmp_path_factory.mktemp("warm")
     env = {**os.environ, "HARNESS_WARM_FILE": str(folder / "warm.json")}
     env.pop("RAY_ADDRESS", None)
+    # Unset, as a user's shell has it: the sweeps and `harness down` take the cluster's mode from
+    # the record `harness up` leaves (Ray 2.60's local cluster wants a token).
+    env.pop("RAY_AUTH_MODE", None)
     process = subprocess.Popen(
         [sys.executable, "-m", "harness", "up", "--accelerator", "cpu", "--idle-timeout", "900"],
         stdout=subprocess.PIPE,
@@ -168,8 +197,6 @@ def warm_cards(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Up]:
                 break
         assert said and said[-1].startswith("use them: "), "\n".join(said)
         address = said[-1].split("--address ")[1].split()[0]
-        if "RAY_AUTH_MODE=token" in said[-1]:
-            env["RAY_AUTH_MODE"] = "token"
         yield Up(process, address, env, said)
         down = subprocess.run(
             [sys.executable, "-m", "harness", "down"], capture_output=True, text=True, cwd=REPO, env=env, timeout=120
@@ -214,7 +241,8 @@ def devices(results: Path) -> list[dict[str, object]]:
 def test_a_sweep_on_warm_cards_finds_what_a_cold_one_does_even_after_a_sweep_with_faults(
     warm_cards: Up, tmp_path: Path
 ) -> None:
-    assert "they stop after 900 s without a sweep" in warm_cards.said[-2], warm_cards.said
+    started = next(line for line in warm_cards.said if line.startswith("warm cards up at "))
+    assert "they stop after 900 s without a sweep" in started, warm_cards.said
     cold = sweep(warm_cards, tmp_path / "cold", warm=False)
     assert cold.returncode == 0, cold.stdout + cold.stderr
     first = sweep(warm_cards, tmp_path / "first")

@@ -16,6 +16,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from harness.cluster.warm_record import Recorded, adopt_auth
+
+    recorded = Recorded.read()
+    adopt_auth(args.address or (recorded.address if recorded else None))
     from harness.cluster.warm import down
 
     print(f"warm cards at {down(args.address)}: down")

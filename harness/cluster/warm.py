@@ -7,19 +7,15 @@ and the cards' runtime's, the part of a sweep that does not depend on what it ch
 
 One sweep at a time: the keeper (harness/cluster/keeper.py) lends the cards to one driver and
 takes them back when that driver is gone. Where `harness up` is running is recorded in a file
-(`recorded_file`), which `harness down` reads and `harness up` refuses to start over.
+(harness/cluster/warm_record.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
-import socket
-import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import ray
@@ -43,6 +39,7 @@ from harness.cluster.place import (
     wait_described,
     watched,
 )
+from harness.cluster.warm_record import Recorded, answers, recorded_file
 from harness.devices import SIMULATED, Kind, accelerator
 from harness.errors import UsageError, first_line
 from harness.inference.fault_specs import Fault, Strikes
@@ -58,54 +55,6 @@ DOWN_TIMEOUT_S = 60.0
 
 def card_name(position: int) -> str:
     return f"card{position}"
-
-
-def recorded_file() -> Path:
-    """Where `harness up` records its address and process while it runs: HARNESS_WARM_FILE, else
-    one file per user in the temporary folder."""
-    return Path(os.environ.get("HARNESS_WARM_FILE") or Path(tempfile.gettempdir()) / f"harness-warm-{os.getuid()}.json")
-
-
-@dataclass(frozen=True)
-class Recorded:
-    address: str
-    pid: int
-    auth: str  # RAY_AUTH_MODE as the cluster started ("token": a client needs it too), "" where unset
-
-    @classmethod
-    def read(cls) -> Recorded | None:
-        try:
-            return cls(**json.loads(recorded_file().read_text()))
-        except (OSError, ValueError, TypeError):
-            return None
-
-    def write(self) -> None:
-        path = recorded_file()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(asdict(self)))
-
-    def alive(self) -> bool:
-        """Its process is running and something answers at its address."""
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            pass  # another user's process of that id: it runs
-        return answers(self.address)
-
-    def forget(self) -> None:
-        if Recorded.read() == self:
-            recorded_file().unlink(missing_ok=True)
-
-
-def answers(address: str, timeout_s: float = 2.0) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return True
-    except (OSError, ValueError, OverflowError):  # nothing listens; not a host:port (a port past 65535)
-        return False
 
 
 # harness up ------------------------------------------------------------------------------------
@@ -129,14 +78,15 @@ def up(kind: Kind, cards: int | None, idle_timeout_s: float) -> None:
         # and a client joins it only in token mode.
         mine = Recorded(address, os.getpid(), os.environ.get("RAY_AUTH_MODE", ""))
         mine.write()
-        auth = f"RAY_AUTH_MODE={mine.auth} " if mine.auth else ""
         try:
             print(
                 f"warm cards up at {address}: {joined.n_cards} {kind} card(s) and the CPU reference, in "
                 f"{phases['ray'] + phases['actors']:.1f} s; they stop after {idle_timeout_s:g} s without a sweep",
                 flush=True,
             )
-            print(f"use them: {auth}harness sweep --address {address}   (or export {auth}RAY_ADDRESS={address})", flush=True)
+            if mine.auth:  # harness commands take the mode from the record (warm_record.adopt_auth)
+                print(f"other Ray clients join them with RAY_AUTH_MODE={mine.auth}", flush=True)
+            print(f"use them: harness sweep --address {address}   (or export RAY_ADDRESS={address})", flush=True)
             print("stop them: harness down", flush=True)
             why = serve(keeper, idle_timeout_s)
         except KeyboardInterrupt:
@@ -212,8 +162,6 @@ def down(address: str | None) -> str:
         if recorded is not None and recorded.address == target:
             recorded.forget()  # left by a `harness up` that did not end cleanly
         raise UsageError(f"no warm cards are up at {target}: nothing answers there")
-    if recorded is not None and recorded.address == target and recorded.auth:
-        os.environ.setdefault("RAY_AUTH_MODE", recorded.auth)
     connect(target, SIMULATED, None)
     try:
         keeper = find_keeper()
