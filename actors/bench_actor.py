@@ -2,7 +2,7 @@
 inside its clocks; inputs are moved to the card before any clock starts (device time).
 
 Two paths compute a decision here: the timed path (`_decide`: the policy called on inputs
-already on the card, what the windows time) and `run_batch`, the sweep's own path (numpy in,
+already on the card, what the windows time) and `sweep_path`, the sweep's own path (numpy in,
 numpy out: what the end-to-end and server requests call). The bench audits the first against
 the second, bit for bit. An injected fault goes into the timed path's copy of the policy only,
 so that the audit has something to find.
@@ -74,7 +74,7 @@ class BenchActor:
         faults = tuple(f"{f} (timed path only)" for f in self.faults)
         return replace(describe_runner(self.runner), holds_host_memory=self.holds_host_memory, faults=faults)
 
-    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
+    def sweep_path(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> Outputs:
         """The sweep's path, one round trip's worth of work: for the driver's end-to-end clock,
         the server scenario's requests, and the audit's reference."""
         return self.runner.run_batch(key, dtype, obs, noise)

@@ -1,5 +1,6 @@
-"""Warm actors: a card's PolicyActor and the CPU ReferenceActor started by `harness up` before any
-sweep, and set up for each sweep that uses them (`begin`) as if started for it.
+"""Warm actors: a card's actor and the CPU ReferenceActor started by `harness up` before any sweep,
+and set up for each sweep that uses them (`begin`) as if started for it: a card's as its
+PolicyActor, or for a bench (`begin_bench`) as its BenchActor.
 
 What a process keeps from one sweep to the next and could change a result is put back to how the
 process started, then the sweep's own is set: the policies are loaded again from their files (with
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from actors.bench_actor import BenchActor
 from actors.policy_actor import PolicyActor
 from actors.reference_actor import ReferenceActor
 from harness.devices import SIMULATED, Kind, accelerator, open_card, ray_card_id
@@ -61,10 +63,12 @@ class Started:
         torch.random.set_rng_state(self.torch_rng)
 
 
-class WarmPolicyActor(PolicyActor):
+class WarmCardActor(PolicyActor, BenchActor):
     """A card's actor that outlives a sweep: `__init__` opens the card (the start a sweep saves:
     the process, torch, the card's runtime); PolicyActor's own constructor runs in `begin`, once
-    per sweep, with the sweep's arguments."""
+    per sweep, with the sweep's arguments, or BenchActor's in `begin_bench`, once per bench. The
+    two share no method but the description; each constructor sets every attribute its methods
+    read, so neither run sees what the other left."""
 
     def __init__(self, kind: Kind, position: int) -> None:
         self.label = open_card(kind, ray_card_id(kind, position), "device-default").label
@@ -93,12 +97,24 @@ class WarmPolicyActor(PolicyActor):
         self.described = replace(PolicyActor.describe(self), warm=True, served_before=before)
         return self.described
 
+    def begin_bench(
+        self, run_id: str, policies: list[PolicySpec], threads: int, precision: str, faults: list[Fault]
+    ) -> Described:
+        """Set up for bench `run_id` as a BenchActor started for it would be. The card's runtime
+        stays warm: on an NPU an operator compiled for an earlier run is not compiled again, so a
+        first call's latency there is a warm process's (`runs.devices` says `warm`)."""
+        self.started.restore()
+        BenchActor.__init__(self, self.kind, self.position, policies, threads, precision, faults)
+        before, self.served = self.served, run_id
+        self.described = replace(BenchActor.describe(self), warm=True, served_before=before)
+        return self.described
+
     def describe(self) -> Described:
         return self.described
 
 
 class WarmReferenceActor(ReferenceActor):
-    """The CPU reference that outlives a sweep; ReferenceActor's constructor runs in `begin` (WarmPolicyActor)."""
+    """The CPU reference that outlives a sweep; ReferenceActor's constructor runs in `begin` (WarmCardActor)."""
 
     def __init__(self) -> None:
         self.started = Started.now(SIMULATED)

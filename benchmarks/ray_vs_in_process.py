@@ -68,7 +68,7 @@ def _plain_round() -> tuple[float, list[dict[str, np.ndarray]]]:
 
 def _ray_round(actor: BenchClient, batches: list[ObsBatch]) -> tuple[float, list[dict[str, np.ndarray]]]:
     start = time.perf_counter()
-    outputs = ray.get([actor.run_batch("cartpole", "float32", b.obs, b.noise) for b in batches])
+    outputs = ray.get([actor.sweep_path("cartpole", "float32", b.obs, b.noise) for b in batches])
     return len(batches) * BATCH / (time.perf_counter() - start), outputs
 
 

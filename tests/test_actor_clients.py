@@ -12,7 +12,7 @@ import pytest
 from actors.bench_actor import BenchActor
 from actors.policy_actor import PolicyActor
 from actors.reference_actor import ReferenceActor
-from actors.warm import WarmPolicyActor, WarmReferenceActor
+from actors.warm import WarmCardActor, WarmReferenceActor
 from harness.cluster.clients import (
     ActorClient,
     BenchClient,
@@ -58,7 +58,7 @@ def test_a_planted_bare_call_is_found() -> None:
         (PolicyClient, PolicyActor),
         (ReferenceClient, ReferenceActor),
         (BenchClient, BenchActor),
-        (WarmCardClient, WarmPolicyActor),
+        (WarmCardClient, WarmCardActor),
         (WarmReferenceClient, WarmReferenceActor),
         (KeeperClient, Keeper),
     ],

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from actors.policy_actor import PolicyActor
-from actors.warm import Started, WarmPolicyActor
+from actors.warm import Started, WarmCardActor
 from harness.cluster import keeper as keeper_module
 from harness.cluster.keeper import Keeper, WarmCards
 from harness.cluster.warm_record import Recorded, adopt_auth
@@ -78,7 +78,7 @@ def test_a_warm_card_computes_as_a_fresh_one_after_a_sweep_with_a_fault_and_anot
 ) -> None:
     """In this process (a Ray worker builds them from the same arguments)."""
     batch = make_batch(load_policy("cartpole").info, "normal", 8, seed=0)
-    warm = WarmPolicyActor(SIMULATED, 0)
+    warm = WarmCardActor(SIMULATED, 0)
     warm.begin("run-a", CARTPOLE, 2, "device-default", parse_faults(["all:corrupt-weight"]), f"{tmp_path}/a")
     assert warm.describe().device.settings["precision"] == "device-default"
     faulty = warm.run_batch("cartpole", "float32", batch.obs, batch.noise).value
@@ -238,7 +238,7 @@ def devices(results: Path) -> list[dict[str, object]]:
 
 
 @pytest.mark.slow
-def test_a_sweep_on_warm_cards_finds_what_a_cold_one_does_even_after_a_sweep_with_faults(
+def test_a_sweep_on_warm_cards_finds_what_a_cold_one_does_even_after_a_sweep_and_a_bench_with_faults(
     warm_cards: Up, tmp_path: Path
 ) -> None:
     started = next(line for line in warm_cards.said if line.startswith("warm cards up at "))
@@ -251,6 +251,19 @@ def test_a_sweep_on_warm_cards_finds_what_a_cold_one_does_even_after_a_sweep_wit
     faulty = ("--inject-fault", "all:corrupt-weight", "--precision", "device-default", "--threads", "2")
     other = sweep(warm_cards, tmp_path / "other", *faulty)
     assert other.returncode == 1, other.stdout + other.stderr  # the fault struck
+    # A bench on the same warm cards, its timed path faulty on card 1: its audit finds it.
+    bench = harness(
+        warm_cards,
+        *("bench", "--accelerator", "cpu", "--address", warm_cards.address, "--results", str(tmp_path / "bench")),
+        *("--policy", "cartpole", "--batch-sizes", "8", "--duration", "0.02", "--inject-fault", "card1:reduced-fp32"),
+    )
+    assert bench.returncode == 1, bench.stdout[-3000:] + bench.stderr[-2000:]
+    assert "using the warm cards of harness up: 2 card(s)" in bench.stdout
+    failed = [c for c in read_table(tmp_path / "bench", "checks").to_pylist() if not c["passed"]]
+    assert failed and {c["device_a"] for c in failed} == {"sim-cpu1"}
+    assert {(d["warm"], d["served_before"]) for d in devices(tmp_path / "bench")} == {
+        (True, runs_row(tmp_path / "other")["run_id"])
+    }
     again = sweep(warm_cards, tmp_path / "again")
     assert again.returncode == 0, again.stdout + again.stderr
     for table in ("checks", "episodes"):
@@ -260,16 +273,16 @@ def test_a_sweep_on_warm_cards_finds_what_a_cold_one_does_even_after_a_sweep_wit
             assert rows(tmp_path / results, table).equals(expected), (table, results)
         assert not rows(tmp_path / "other", table).equals(expected), "the faulty run must differ"
     assert {(d["warm"], d["served_before"]) for d in devices(tmp_path / "cold")} == {(False, None)}
-    before = runs_row(tmp_path / "other")["run_id"]
-    assert {(d["warm"], d["served_before"]) for d in devices(tmp_path / "again")} == {(True, before)}
+    # The cards served the bench before; the CPU reference, which a bench leaves idle, the sweep before it.
+    served = {d["label"]: (d["warm"], d["served_before"]) for d in devices(tmp_path / "again")}
+    bench_run, other_run = runs_row(tmp_path / "bench")["run_id"], runs_row(tmp_path / "other")["run_id"]
+    assert served == {"sim-cpu0": (True, bench_run), "sim-cpu1": (True, bench_run), "cpu": (True, other_run)}
 
 
 @pytest.mark.slow
 def test_what_warm_cards_refuse_is_one_line_and_exit_2(warm_cards: Up, tmp_path: Path) -> None:
     crash = sweep(warm_cards, tmp_path, "--inject-fault", "card0:crash-once")
     assert_usage_error(crash, "--inject-fault card0:crash-once: it acts on a card's process, and warm cards keep theirs")
-    bench = harness(warm_cards, "bench", "--accelerator", "cpu", "--address", warm_cards.address, "--results", str(tmp_path))
-    assert_usage_error(bench, "harness bench places card actors of its own")
     again = harness(warm_cards, "up", "--accelerator", "cpu", timeout=120)
     assert_usage_error(again, f"warm cards are already up at {warm_cards.address}")
     assert warm_cards.process.poll() is None, "the first one is still up"

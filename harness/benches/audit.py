@@ -12,7 +12,7 @@ from harness.store.schema import CheckRow
 
 
 def audit(results: list[BenchResult]) -> list[CheckRow]:
-    """Every sampled output of the timed path against the same card's `run_batch` (the sweep's
+    """Every sampled output of the timed path against the same card's `sweep_path` (the sweep's
     path) on the same input, bit for bit: a `bench_audit` check per output."""
     reference: dict[tuple[str, str, str, str], Outputs] = {}
     rows = []
@@ -21,7 +21,7 @@ def audit(results: list[BenchResult]) -> list[CheckRow]:
             s, w = a.sampled, a.sampled.work
             key = (s.card.label, w.policy, w.dtype, w.batch.sha256)
             if key not in reference:
-                reference[key] = ray.get(s.card.actor.run_batch(w.policy, w.dtype, w.batch.obs, w.batch.noise))
+                reference[key] = ray.get(s.card.actor.sweep_path(w.policy, w.dtype, w.batch.obs, w.batch.noise))
             rows += [
                 check_row(
                     check,

@@ -1,7 +1,8 @@
 """The driver of `harness bench`, in the order a bench happens:
 
 the plan resolved (harness/sweeps/resolve.py: checked, policies loaded) -> its batches and
-environments -> join or start Ray -> place one BenchActor per card -> each registered mode
+environments -> join or start Ray -> place one BenchActor per card (or set up the warm cards of
+`harness up`, harness/cluster/warm.py) -> each registered mode
 (harness/benches/registry.py: latency, throughput, closed loop, server) measures, and each
 measurement is judged by its mode's rules into a row -> the audit of the timed path -> publish
 `bench`, `bench_samples`, `checks`, then the `runs` row that says the bench ended -> print the
@@ -40,7 +41,7 @@ from harness.cluster.lifecycle import claim_run_id, finish_run_row, ray_cluster,
 from harness.config.command_plan import BenchPlan
 from harness.cluster.phases import Phases
 from harness.cluster import warm
-from harness.cluster.place import BenchCard, place_bench
+from harness.cluster.place import BenchCard
 from harness.sweeps.resolve import Resolved, complete
 from harness.cluster.provenance import new_run_row, now
 from harness.store.paths import table_dir
@@ -99,9 +100,10 @@ def _bench(resolved: Resolved[BenchPlan], command: str, held: ExitStack, phases:
 
     with ray_cluster(plan.common.address, kind, resolved.cards.asked, phases) as joined:
         complete(resolved, joined.n_cards)
-        warm.refuse_for_bench()
         with phases("actors"):
-            cards = place_bench(kind, joined.n_cards, specs, policies, plan.common.threads, plan.common.precision, faults)
+            cards = warm.place_for_bench(
+                kind, joined.n_cards, specs, plan.common.threads, plan.common.precision, faults, policies, run_id
+            )
         run_row = new_run_row(
             started_at=started,
             status=RunStatus.RUNNING,
@@ -153,9 +155,8 @@ def bench_cards(
     has), and shut Ray down afterwards: the benchmarks' cards, outside any plan."""
     phases = phases or Phases()
     with ray_cluster(address, kind, cards, phases) as joined:
-        warm.refuse_for_bench()
         with phases("actors"):
-            placed = place_bench(kind, joined.n_cards, specs, policies, threads, precision, ())
+            placed = warm.place_for_bench(kind, joined.n_cards, specs, threads, precision, (), policies, "a benchmark")
         yield placed
 
 

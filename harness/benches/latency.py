@@ -194,7 +194,7 @@ def _end_to_end_latency(card: BenchCard, w: Work, windows: Windows) -> Latency:
 
 def _round_trip(card: BenchCard, w: Work) -> Outputs:
     # The batch goes through Ray on every call: shipping it is part of the end-to-end time.
-    outputs: Outputs = ray.get(card.actor.run_batch(w.policy, w.dtype, w.batch.obs, w.batch.noise))
+    outputs: Outputs = ray.get(card.actor.sweep_path(w.policy, w.dtype, w.batch.obs, w.batch.noise))
     return outputs
 
 

@@ -1,7 +1,7 @@
 """The server scenario of `harness bench`, after MLPerf LoadGen's Server: requests of one
 observation batch each arrive as a Poisson process at a target rate and go through Ray to the
 card actors as a deployment sends them (each request ships its batch and calls the card's
-`run_batch`; the card with the fewest requests in flight takes it, which for two cards is what
+`sweep_path`; the card with the fewest requests in flight takes it, which for two cards is what
 Ray Serve's power-of-two-choices router does). For each batch size and card count, the highest
 rate whose p99 latency stays under `--latency-bound-ms` is found by search.
 
@@ -146,7 +146,7 @@ def run_trial(cards: list[BenchCard], w: Work, rate_qps: float, n: int, seed: in
             card = min(range(len(cards)), key=in_flight.__getitem__)
             in_flight[card] += 1
         sent[i], served[i] = time.perf_counter(), card
-        future = cards[card].actor.run_batch(w.policy, w.dtype, w.batch.obs, w.batch.noise).future()
+        future = cards[card].actor.sweep_path(w.policy, w.dtype, w.batch.obs, w.batch.noise).future()
         future.add_done_callback(partial(finished, i, card))
         futures.append(future)
     all_done.wait()

@@ -90,8 +90,8 @@ class ReferenceClient(SweepClient):
 class BenchClient(ActorClient):
     """A bench's card (actors/bench_actor.py)."""
 
-    def run_batch(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[Outputs]:
-        return self.handle.run_batch.remote(key, dtype, obs, noise)
+    def sweep_path(self, key: str, dtype: str, obs: tuple[np.ndarray, ...], noise: np.ndarray) -> ObjectRef[Outputs]:
+        return self.handle.sweep_path.remote(key, dtype, obs, noise)
 
     def latency(
         self,
@@ -120,7 +120,9 @@ class BenchClient(ActorClient):
 
 
 class WarmCardClient(PolicyClient):
-    """A warm card of `harness up` (actors/warm.py), which a sweep sets up for itself before it sends it work."""
+    """A warm card of `harness up` (actors/warm.py), which a sweep sets up for itself before it
+    sends it work; a bench sets it up with `begin_bench` and sends it work through a BenchClient
+    of the same handle."""
 
     def ready(self) -> ObjectRef[str]:
         return self.handle.ready.remote()
@@ -129,6 +131,11 @@ class WarmCardClient(PolicyClient):
         self, run_id: str, policies: list[PolicySpec], threads: int, precision: str, faults: list[Fault], fault_marker: str
     ) -> ObjectRef[Described]:
         return self.handle.begin.remote(run_id, policies, threads, precision, faults, fault_marker)
+
+    def begin_bench(
+        self, run_id: str, policies: list[PolicySpec], threads: int, precision: str, faults: list[Fault]
+    ) -> ObjectRef[Described]:
+        return self.handle.begin_bench.remote(run_id, policies, threads, precision, faults)
 
 
 class WarmReferenceClient(ReferenceClient):

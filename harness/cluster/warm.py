@@ -3,9 +3,10 @@ places its card actors and CPU reference as detached actors named in NAMESPACE, 
 and stays up until `harness down` or until it has been idle for its idle timeout. A sweep that
 joins that address (`--address`, RAY_ADDRESS) finds them and sets them up for itself
 (actors/warm.py) instead of placing its own: it saves the cluster's start, the processes', torch's
-and the cards' runtime's, the part of a sweep that does not depend on what it checks.
+and the cards' runtime's, the part of a sweep that does not depend on what it checks. A bench
+sets up the same cards as its own card actors (`place_for_bench`).
 
-One sweep at a time: the keeper (harness/cluster/keeper.py) lends the cards to one driver and
+One run at a time: the keeper (harness/cluster/keeper.py) lends the cards to one driver and
 takes them back when that driver is gone. Where `harness up` is running is recorded in a file
 (harness/cluster/warm_record.py).
 """
@@ -21,8 +22,8 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from actors.warm import WarmPolicyActor, WarmReferenceActor
-from harness.cluster.clients import KeeperClient, PolicyClient, WarmCardClient, WarmReferenceClient
+from actors.warm import WarmCardActor, WarmReferenceActor
+from harness.cluster.clients import BenchClient, KeeperClient, PolicyClient, WarmCardClient, WarmReferenceClient
 from harness.cluster.keeper import Keeper, WarmCards
 from harness.cluster.lifecycle import ray_cluster
 from harness.cluster.phases import Phases
@@ -30,8 +31,10 @@ from harness.cluster.place import (
     BASE_ENV,
     Placed,
     Placement,
+    BenchCard,
     card_options,
     connect,
+    place_bench,
     place_sweep,
     refuse_other_bytes,
     reserve,
@@ -43,6 +46,7 @@ from harness.cluster.warm_record import Recorded, answers, recorded_file
 from harness.devices import SIMULATED, Kind, accelerator
 from harness.errors import UsageError, first_line
 from harness.inference.fault_specs import Fault, Strikes
+from harness.inference.runner import Described
 from harness.policies import PolicyNet, PolicySpec
 
 NAMESPACE = "harness-warm"
@@ -114,7 +118,7 @@ def place_warm_cards(kind: Kind, n_cards: int, idle_timeout_s: float) -> KeeperC
     # No restarts: Ray restarts an actor from its constructor's arguments, which hold no sweep.
     cards = [
         WarmCardClient(
-            watched(WarmPolicyActor)
+            watched(WarmCardActor)
             .options(**card_options(kind, group, position, {}), name=card_name(position), **named)
             .remote(kind, position)
         )
@@ -187,14 +191,33 @@ def find_keeper() -> KeeperClient | None:
         return None
 
 
-def refuse_for_bench() -> None:
-    """A bench places card actors of its own (BenchActor), and on the cluster of `harness up` the
-    cards are held by the warm ones: refused at once, not after the placement timeout."""
-    if find_keeper() is not None:
-        raise UsageError(
-            "harness bench places card actors of its own, and this cluster's cards are held by the warm cards of "
-            "harness up: run the bench without --address, or stop them first (harness down)"
-        )
+def lease(
+    keeper: KeeperClient, kind: Kind, n_cards: int, faults: Sequence[Fault], run_id: str, what: str
+) -> tuple[WarmCards, list[WarmCardClient]]:
+    """What `harness up` placed, and its first `n_cards` warm cards, lent to run `run_id` (a sweep's or a bench's, `what`) for
+    as long as this driver lives; refused where they are other cards, where a fault acts on a
+    card's process, or where another run holds them."""
+    warm = ray.get(keeper.info())
+    if warm.kind != kind:
+        raise UsageError(f"the warm cards of this cluster are {warm.kind} cards, and the {what} asked for {kind}")
+    for fault in faults:
+        if fault.record.strikes is not Strikes.POLICY:
+            raise UsageError(
+                f"--inject-fault {fault}: it acts on a card's process, and warm cards keep theirs between runs; "
+                "run it on a cluster of its own (without --address)"
+            )
+    holder = ray.get(keeper.lease(run_id, ray.get_runtime_context().get_job_id()))
+    if holder is not None:
+        raise UsageError(f"the warm cards are serving run {holder}: run this {what} when it ends, or without --address")
+    return warm, [WarmCardClient(ray.get_actor(card_name(position), namespace=NAMESPACE)) for position in range(n_cards)]
+
+
+def began(setups: list[ray.ObjectRef[Described]]) -> None:
+    """Wait for the warm actors' set-up for a run; one that fails is a UsageError with its reason."""
+    try:
+        ray.get(setups)
+    except ray.exceptions.RayTaskError as exc:
+        raise UsageError(f"the warm cards could not be set up for this run: {first_line(exc.cause or exc)}") from None
 
 
 def place(
@@ -216,30 +239,44 @@ def place(
     keeper = find_keeper()
     if keeper is None:
         return place_sweep(kind, n_cards, strategy, policies, threads, precision, faults, marker_dir, loaded, pool)
-    warm = ray.get(keeper.info())
-    if warm.kind != kind:
-        raise UsageError(f"the warm cards of this cluster are {warm.kind} cards, and the sweep asked for {kind}")
-    for fault in faults:
-        if fault.record.strikes is not Strikes.POLICY:
-            raise UsageError(
-                f"--inject-fault {fault}: it acts on a card's process, and warm cards keep theirs between sweeps; "
-                "run it on a cluster of its own (without --address)"
-            )
-    holder = ray.get(keeper.lease(run_id, ray.get_runtime_context().get_job_id()))
-    if holder is not None:
-        raise UsageError(f"the warm cards are serving run {holder}: run this sweep when it ends, or without --address")
-    print(f"using the warm cards of harness up: {n_cards} of {warm.n_cards} card(s) and the CPU reference", flush=True)
-    cards = [WarmCardClient(ray.get_actor(card_name(position), namespace=NAMESPACE)) for position in range(n_cards)]
+    warm, cards = lease(keeper, kind, n_cards, faults, run_id, "sweep")
+    print(f"using the warm cards of harness up: {n_cards} card(s) and the CPU reference", flush=True)
     reference = WarmReferenceClient(ray.get_actor(REFERENCE, namespace=NAMESPACE))
-    begun = []
-    for position, card in enumerate(cards):
-        mine = [f for f in faults if f.applies_to(position)]
-        begun.append(card.begin(run_id, policies, threads, precision, mine, str(marker_dir / card_name(position))))
-    try:
-        ray.get([*begun, reference.begin(run_id, policies, threads)])
-    except ray.exceptions.RayTaskError as exc:
-        raise UsageError(f"the warm cards could not be set up for this sweep: {first_line(exc.cause or exc)}") from None
+    setups = [
+        card.begin(run_id, policies, threads, precision, mine(faults, position), str(marker_dir / card_name(position)))
+        for position, card in enumerate(cards)
+    ]
+    began([*setups, reference.begin(run_id, policies, threads)])
     *described, described_reference = wait_described([*cards, reference])
     refuse_other_bytes([*described, described_reference], loaded)
     placed: list[Placed[PolicyClient]] = [Placed(card, d) for card, d in zip(cards, unique_labels(described), strict=True)]
     return Placement(warm.group, placed, [Placed(reference, described_reference)], accelerator(kind).ray_resource)
+
+
+def place_for_bench(
+    kind: Kind,
+    n_cards: int,
+    policies: list[PolicySpec],
+    threads: int,
+    precision: str,
+    faults: Sequence[Fault],
+    loaded: dict[str, PolicyNet],
+    run_id: str,
+) -> list[BenchCard]:
+    """The bench's cards: the cluster's warm cards set up for bench `run_id` where it has them
+    (the CPU reference stays idle: a bench has none), else BenchActors placed for it."""
+    keeper = find_keeper()
+    if keeper is None:
+        return place_bench(kind, n_cards, policies, loaded, threads, precision, faults)
+    _, cards = lease(keeper, kind, n_cards, faults, run_id, "bench")
+    print(f"using the warm cards of harness up: {n_cards} card(s)", flush=True)
+    began([card.begin_bench(run_id, policies, threads, precision, mine(faults, p)) for p, card in enumerate(cards)])
+    benched = [BenchClient(card.handle) for card in cards]
+    described = wait_described(benched)
+    refuse_other_bytes(described, loaded)
+    return [Placed(card, d) for card, d in zip(benched, unique_labels(described), strict=True)]
+
+
+def mine(faults: Sequence[Fault], position: int) -> list[Fault]:
+    """The faults that strike the card at `position`."""
+    return [f for f in faults if f.applies_to(position)]
