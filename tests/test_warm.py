@@ -258,7 +258,7 @@ def test_a_sweep_on_warm_cards_finds_what_a_cold_one_does_even_after_a_sweep_and
         *("--policy", "cartpole", "--batch-sizes", "8", "--duration", "0.02", "--inject-fault", "card1:reduced-fp32"),
     )
     assert bench.returncode == 1, bench.stdout[-3000:] + bench.stderr[-2000:]
-    assert "using the warm cards of harness up: 2 card(s)" in bench.stdout
+    assert "using the warm cards of harness up: 2 of 2 card(s)" in bench.stdout
     failed = [c for c in read_table(tmp_path / "bench", "checks").to_pylist() if not c["passed"]]
     assert failed and {c["device_a"] for c in failed} == {"sim-cpu1"}
     assert {(d["warm"], d["served_before"]) for d in devices(tmp_path / "bench")} == {

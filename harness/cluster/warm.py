@@ -29,9 +29,9 @@ from harness.cluster.lifecycle import ray_cluster
 from harness.cluster.phases import Phases
 from harness.cluster.place import (
     BASE_ENV,
+    BenchCard,
     Placed,
     Placement,
-    BenchCard,
     card_options,
     connect,
     place_bench,
@@ -194,9 +194,9 @@ def find_keeper() -> KeeperClient | None:
 def lease(
     keeper: KeeperClient, kind: Kind, n_cards: int, faults: Sequence[Fault], run_id: str, what: str
 ) -> tuple[WarmCards, list[WarmCardClient]]:
-    """What `harness up` placed, and its first `n_cards` warm cards, lent to run `run_id` (a sweep's or a bench's, `what`) for
-    as long as this driver lives; refused where they are other cards, where a fault acts on a
-    card's process, or where another run holds them."""
+    """What `harness up` placed, and its first `n_cards` warm cards, lent to run `run_id` (a
+    sweep's or a bench's: `what`) for as long as this driver lives; refused where they are other
+    cards, where a fault acts on a card's process, or where another run holds them."""
     warm = ray.get(keeper.info())
     if warm.kind != kind:
         raise UsageError(f"the warm cards of this cluster are {warm.kind} cards, and the {what} asked for {kind}")
@@ -240,7 +240,7 @@ def place(
     if keeper is None:
         return place_sweep(kind, n_cards, strategy, policies, threads, precision, faults, marker_dir, loaded, pool)
     warm, cards = lease(keeper, kind, n_cards, faults, run_id, "sweep")
-    print(f"using the warm cards of harness up: {n_cards} card(s) and the CPU reference", flush=True)
+    print(f"using the warm cards of harness up: {n_cards} of {warm.n_cards} card(s) and the CPU reference", flush=True)
     reference = WarmReferenceClient(ray.get_actor(REFERENCE, namespace=NAMESPACE))
     setups = [
         card.begin(run_id, policies, threads, precision, mine(faults, position), str(marker_dir / card_name(position)))
@@ -268,8 +268,8 @@ def place_for_bench(
     keeper = find_keeper()
     if keeper is None:
         return place_bench(kind, n_cards, policies, loaded, threads, precision, faults)
-    _, cards = lease(keeper, kind, n_cards, faults, run_id, "bench")
-    print(f"using the warm cards of harness up: {n_cards} card(s)", flush=True)
+    warm, cards = lease(keeper, kind, n_cards, faults, run_id, "bench")
+    print(f"using the warm cards of harness up: {n_cards} of {warm.n_cards} card(s)", flush=True)
     began([card.begin_bench(run_id, policies, threads, precision, mine(faults, p)) for p, card in enumerate(cards)])
     benched = [BenchClient(card.handle) for card in cards]
     described = wait_described(benched)
