@@ -13,6 +13,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pyarrow as pa
@@ -134,24 +135,27 @@ def test_a_command_joins_the_warm_cards_in_the_auth_mode_their_cluster_started_w
 ) -> None:
     """Ray reads RAY_AUTH_MODE once, when it is imported: the mode is taken from the record before
     that, for the recorded address only, and never over the user's own."""
-    monkeypatch.setenv("HARNESS_WARM_FILE", str(tmp_path / "warm.json"))
-    Recorded("192.0.2.2:6379", os.getpid(), "token").write()
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
-    monkeypatch.delitem(sys.modules, "ray", raising=False)
-    for elsewhere in (None, "192.0.2.2:6380"):  # a private cluster; another cluster
-        adopt_auth(elsewhere)
+    # adopt_auth sets RAY_AUTH_MODE in os.environ itself, which monkeypatch would not put back: the
+    # whole environment is put back after the test instead.
+    with mock.patch.dict(os.environ):
+        os.environ["HARNESS_WARM_FILE"] = str(tmp_path / "warm.json")
+        Recorded("192.0.2.2:6379", os.getpid(), "token").write()
+        os.environ.pop("RAY_ADDRESS", None)
+        os.environ.pop("RAY_AUTH_MODE", None)
+        monkeypatch.delitem(sys.modules, "ray", raising=False)
+        for elsewhere in (None, "192.0.2.2:6380"):  # a private cluster; another cluster
+            adopt_auth(elsewhere)
+            assert "RAY_AUTH_MODE" not in os.environ
+        os.environ["RAY_ADDRESS"] = "192.0.2.2:6379"
+        adopt_auth(None)
+        assert os.environ["RAY_AUTH_MODE"] == "token"
+        os.environ["RAY_AUTH_MODE"] = "disabled"
+        adopt_auth("192.0.2.2:6379")
+        assert os.environ["RAY_AUTH_MODE"] == "disabled"
+        os.environ.pop("RAY_AUTH_MODE", None)
+        monkeypatch.setitem(sys.modules, "ray", sys)  # imported already: too late to take effect
+        adopt_auth("192.0.2.2:6379")
         assert "RAY_AUTH_MODE" not in os.environ
-    monkeypatch.setenv("RAY_ADDRESS", "192.0.2.2:6379")
-    adopt_auth(None)
-    assert os.environ["RAY_AUTH_MODE"] == "token"
-    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")
-    adopt_auth("192.0.2.2:6379")
-    assert os.environ["RAY_AUTH_MODE"] == "disabled"
-    monkeypatch.delenv("RAY_AUTH_MODE")
-    monkeypatch.setitem(sys.modules, "ray", sys)  # imported already: too late to take effect
-    adopt_auth("192.0.2.2:6379")
-    assert "RAY_AUTH_MODE" not in os.environ
 
 
 # A real `harness up` ---------------------------------------------------------------------------
