@@ -19,8 +19,9 @@ def run(args: argparse.Namespace) -> int:
     from harness.cluster.warm_record import Recorded, adopt_auth
 
     recorded = Recorded.read()
-    adopt_auth(args.address or (recorded.address if recorded else None))
+    target = args.address or (recorded.address if recorded else None)
+    adopt_auth(target)  # before Ray's import, which harness.cluster.warm takes
     from harness.cluster.warm import down
 
-    print(f"warm cards at {down(args.address)}: down")
+    print(f"warm cards at {down(target, recorded)}: down")
     return 0

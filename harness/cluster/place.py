@@ -29,7 +29,7 @@ from actors.policy_actor import PolicyActor
 from actors.reference_actor import ReferenceActor
 from harness.devices import Kind, accelerator
 from harness.errors import InfrastructureError, UsageError, first_line
-from harness.inference.fault_specs import Fault, env_vars
+from harness.inference.fault_specs import Fault, env_vars, striking
 from harness.inference.runner import Described
 from harness.policies import PolicyNet, PolicySpec
 from harness.cluster.clients import WATCH_GROUP, ActorClient, BenchClient, PolicyClient, ReferenceClient, SweepClient
@@ -307,7 +307,7 @@ def place_sweep(
     group = reserve(kind, n_cards, strategy, cpu_bundles=n_references)
     cards = []
     for position in range(n_cards):
-        mine = [f for f in faults if f.applies_to(position)]
+        mine = striking(faults, position)
         actor = watched(PolicyActor).options(**card_options(kind, group, position, env_vars(mine), ACTOR_MAX_RESTARTS))
         handle = actor.remote(kind, position, policies, threads, precision, mine, str(marker_dir / f"card{position}"))
         cards.append(PolicyClient(handle))
@@ -354,7 +354,7 @@ def place_bench(
         BenchClient(
             ray.remote(BenchActor)
             .options(**card_options(kind, group, position, {}))
-            .remote(kind, position, specs, threads, precision, [f for f in faults if f.applies_to(position)])
+            .remote(kind, position, specs, threads, precision, striking(faults, position))
         )
         for position in range(n_cards)
     ]

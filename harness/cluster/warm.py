@@ -45,7 +45,7 @@ from harness.cluster.place import (
 from harness.cluster.warm_record import Recorded, answers, recorded_file
 from harness.devices import SIMULATED, Kind, accelerator
 from harness.errors import UsageError, first_line
-from harness.inference.fault_specs import Fault, Strikes
+from harness.inference.fault_specs import Fault, Strikes, striking
 from harness.inference.runner import Described
 from harness.policies import PolicyNet, PolicySpec
 
@@ -155,11 +155,9 @@ def serve(keeper: KeeperClient, idle_timeout_s: float) -> str:
 # harness down ----------------------------------------------------------------------------------
 
 
-def down(address: str | None) -> str:
-    """Stop the warm cards at `address` (else those `harness up` recorded); returns their address
-    once nothing answers there. Nothing up is a UsageError."""
-    recorded = Recorded.read()
-    target = address or (recorded.address if recorded else None)
+def down(target: str | None, recorded: Recorded | None) -> str:
+    """Stop the warm cards at `target` (`--address`, else the address of `recorded`, what
+    `harness up` recorded); returns it once nothing answers there. Nothing up is a UsageError."""
     if target is None:
         raise UsageError(f"no warm cards are up (none recorded in {recorded_file()}): harness up starts them")
     if not answers(target):
@@ -243,7 +241,7 @@ def place(
     print(f"using the warm cards of harness up: {n_cards} of {warm.n_cards} card(s) and the CPU reference", flush=True)
     reference = WarmReferenceClient(ray.get_actor(REFERENCE, namespace=NAMESPACE))
     setups = [
-        card.begin(run_id, policies, threads, precision, mine(faults, position), str(marker_dir / card_name(position)))
+        card.begin(run_id, policies, threads, precision, striking(faults, position), str(marker_dir / card_name(position)))
         for position, card in enumerate(cards)
     ]
     began([*setups, reference.begin(run_id, policies, threads)])
@@ -270,13 +268,8 @@ def place_for_bench(
         return place_bench(kind, n_cards, policies, loaded, threads, precision, faults)
     warm, cards = lease(keeper, kind, n_cards, faults, run_id, "bench")
     print(f"using the warm cards of harness up: {n_cards} of {warm.n_cards} card(s)", flush=True)
-    began([card.begin_bench(run_id, policies, threads, precision, mine(faults, p)) for p, card in enumerate(cards)])
+    began([card.begin_bench(run_id, policies, threads, precision, striking(faults, p)) for p, card in enumerate(cards)])
     benched = [BenchClient(card.handle) for card in cards]
     described = wait_described(benched)
     refuse_other_bytes(described, loaded)
     return [Placed(card, d) for card, d in zip(benched, unique_labels(described), strict=True)]
-
-
-def mine(faults: Sequence[Fault], position: int) -> list[Fault]:
-    """The faults that strike the card at `position`."""
-    return [f for f in faults if f.applies_to(position)]

@@ -64,9 +64,9 @@ def answers(address: str, timeout_s: float = 2.0) -> bool:
 
 
 def adopt_auth(address: str | None) -> None:
-    """Join the warm cards at `address` (else RAY_ADDRESS) in the authentication mode their cluster started with, as
-    `harness up` recorded it: a local Ray 2.60 cluster wants a token, and a client without
-    RAY_AUTH_MODE=token is refused. A mode the user set is left as it is, and so is a process that
+    """Join the warm cards at `address` (else RAY_ADDRESS) in the authentication mode their
+    cluster started with, as `harness up` recorded it: a local Ray 2.60 cluster wants a token, and
+    a client without RAY_AUTH_MODE=token is refused. A mode the user set is left as it is, and so is a process that
     imported Ray already (harness.sweep() called after Ray's import): there the refusal that
     follows says what to export."""
     recorded = Recorded.read()

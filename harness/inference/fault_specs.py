@@ -217,6 +217,11 @@ class Fault:
         return 0 if self.card is None else self.card + 1
 
 
+def striking(faults: Sequence[Fault], position: int) -> list[Fault]:
+    """The faults that strike the card at `position`: its own and those for `all:`."""
+    return [f for f in faults if f.applies_to(position)]
+
+
 def parse_faults(specs: list[str]) -> list[Fault]:
     faults = []
     for spec in specs:

@@ -28,6 +28,7 @@ import ray
 
 from harness.dtypes import MANTISSA_BITS, base_dtype, precision_of
 from harness.errors import InfrastructureError, UsageError, first_line
+from harness.inference.fault_specs import striking
 from harness.inference.torchscript import output_names
 from harness.judge.kinds import CheckKind
 from harness.judge.outcome import fails_the_run
@@ -143,7 +144,7 @@ def repro(results: Path, run_id: str, wanted: Wanted, address: str | None, copy_
         "card": {
             **placement.cards[position].described.record(),
             "position": position,
-            "faults": [str(f) for f in step.common.faults if f.applies_to(position)],
+            "faults": [str(f) for f in striking(step.common.faults, position)],
         },
         "dtype": {
             "label": row["dtype"],
